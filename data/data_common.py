@@ -1,0 +1,163 @@
+"""Shared helpers for the data preparation scripts.
+
+File formats (compatible with karpathy/llm.c):
+
+* token shard: 256 x int32 header (magic 20240520, version 1, num_tokens,
+  rest zero) followed by num_tokens uint16 little-endian token ids.
+* tokenizer:   256 x uint32 header (magic 20240328, version 2, vocab size,
+  eot token id, rest zero) followed, for every token id 0..vocab-1, by one
+  uint8 length and that many raw bytes.
+"""
+import os
+import sys
+import urllib.request
+
+import numpy as np
+
+SHARD_MAGIC = 20240520
+SHARD_VERSION = 1
+TOKENIZER_MAGIC = 20240328
+TOKENIZER_VERSION = 2
+HEADER_INTS = 256
+
+GPT2_VOCAB_SIZE = 50257
+GPT2_EOT = 50256
+EOT_STRING = "<|endoftext|>"
+# Same regex GPT-2 (r50k_base) uses to pre-split text before BPE.
+GPT2_PAT_STR = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++"""
+                r"""|\s++$|\s+(?!\S)|\s""")
+
+GPT2_VOCAB_BPE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe"
+GPT2_ENCODER_JSON_URL = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json"
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_token_shard(path, tokens):
+    """Write a list/array of token ids as an llm.c token shard."""
+    toks = np.asarray(tokens)
+    if toks.size and (toks.min() < 0 or toks.max() >= 2 ** 16):
+        raise AssertionError("token ids must lie in [0, 2**16) to be stored as uint16")
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[0] = SHARD_MAGIC
+    header[1] = SHARD_VERSION
+    header[2] = toks.size
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.astype("<u2", copy=False).tobytes())
+    os.replace(tmp, path)
+    return toks.size
+
+
+def read_token_shard(path):
+    """Read an llm.c token shard; returns a uint16 numpy array (header checked)."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(HEADER_INTS * 4), dtype="<i4")
+        if header.size != HEADER_INTS or header[0] != SHARD_MAGIC or header[1] != SHARD_VERSION:
+            raise ValueError(f"{path}: bad token shard header")
+        toks = np.frombuffer(f.read(), dtype="<u2")
+    if toks.size != header[2]:
+        raise ValueError(f"{path}: header says {header[2]} tokens, file holds {toks.size}")
+    return toks
+
+
+def write_tokenizer(path, enc):
+    """Write enc's vocabulary in llm.c's tokenizer file format."""
+    n = enc.n_vocab
+    eot = enc.eot_token
+    header = np.zeros(HEADER_INTS, dtype="<u4")
+    header[0] = TOKENIZER_MAGIC
+    header[1] = TOKENIZER_VERSION
+    header[2] = n
+    header[3] = eot
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    parts = [header.tobytes()]
+    for i in range(n):
+        b = enc.decode_single_token_bytes(i)
+        if not 0 < len(b) < 256:
+            raise AssertionError(f"token {i} has length {len(b)}, not storable in one byte")
+        parts.append(bytes([len(b)]))
+        parts.append(b)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(parts))
+    os.replace(tmp, path)
+
+
+def gpt2_encoding(vocab_bpe=None, encoder_json=None):
+    """GPT-2 tiktoken encoding.
+
+    With both local files given it is built fully offline; otherwise
+    tiktoken.get_encoding("gpt2") is used (which may download and cache).
+    """
+    import tiktoken
+    if vocab_bpe and encoder_json:
+        import tiktoken.load
+        # tiktoken caches files keyed by their *path*; switch its cache off
+        # (empty TIKTOKEN_CACHE_DIR) so edited local files are never served stale.
+        saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = ""
+        try:
+            ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
+                vocab_bpe_file=os.path.abspath(vocab_bpe),
+                encoder_json_file=os.path.abspath(encoder_json),
+            )
+        finally:
+            if saved is None:
+                del os.environ["TIKTOKEN_CACHE_DIR"]
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = saved
+        enc = tiktoken.Encoding(
+            name="gpt2",
+            pat_str=GPT2_PAT_STR,
+            mergeable_ranks=ranks,
+            special_tokens={EOT_STRING: GPT2_EOT},
+        )
+        if enc.n_vocab != GPT2_VOCAB_SIZE:
+            raise ValueError(f"expected {GPT2_VOCAB_SIZE} tokens, local BPE files give {enc.n_vocab}")
+        return enc
+    if vocab_bpe or encoder_json:
+        raise ValueError("give both --vocab-bpe and --encoder-json, or neither")
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception as e:  # typically no network and nothing in tiktoken's cache
+        raise SystemExit(f"could not load tiktoken's gpt2 encoding ({type(e).__name__}: {e}); "
+                         "pass local files with --vocab-bpe and --encoder-json")
+
+
+def download(url, path, chunk_size=1 << 20):
+    """Download url to path (skipped if path already exists). Needs network."""
+    if os.path.exists(path):
+        print(f"{path} already exists, not downloading")
+        return path
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    print(f"downloading {url} -> {path}")
+    tmp = path + ".part"
+    try:
+        with urllib.request.urlopen(url) as r, open(tmp, "wb") as f:
+            while True:
+                chunk = r.read(chunk_size)
+                if not chunk:
+                    break
+                f.write(chunk)
+    except Exception as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        sys.exit(f"download of {url} failed ({e}); pass a local file instead")
+    os.replace(tmp, path)
+    return path
+
+
+def add_tokenizer_args(parser):
+    parser.add_argument("--vocab-bpe", default=None,
+                        help="local GPT-2 vocab.bpe (with --encoder-json: build the tokenizer offline)")
+    parser.add_argument("--encoder-json", default=None,
+                        help="local GPT-2 encoder.json (with --vocab-bpe)")

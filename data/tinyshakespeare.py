@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Tokenize Tiny Shakespeare with the GPT-2 tokenizer into llm.c token shards.
+
+Writes into --out-dir (default <project>/data/tinyshakespeare/):
+  tiny_shakespeare_val.bin    first 32768 tokens
+  tiny_shakespeare_train.bin  the rest
+  gpt2_tokenizer.bin          the GPT-2 vocabulary in llm.c's tokenizer format
+
+The text is cut into documents at blank lines ("\\n\\n"); every document gets
+<|endoftext|> put in front of it. As in llm.c, each document but the last
+keeps its trailing "\\n\\n".
+
+Offline use:
+  python3 data/tinyshakespeare.py --input input.txt \\
+      --vocab-bpe vocab.bpe --encoder-json encoder.json
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data_common as dc  # noqa: E402
+
+INPUT_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+VAL_TOKENS = 32768
+
+
+def split_documents(text):
+    """Documents at blank lines; all but the last keep their "\\n\\n"."""
+    parts = text.split("\n\n")
+    return [p + "\n\n" for p in parts[:-1]] + [parts[-1]]
+
+
+def tokenize(text, enc):
+    eot = enc.eot_token
+    tokens = []
+    for doc in split_documents(text):
+        tokens.append(eot)
+        tokens.extend(enc.encode_ordinary(doc))
+    return tokens
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", default=None,
+                   help="local input.txt (default: download to <out-dir>/input.txt)")
+    p.add_argument("--out-dir", default=os.path.join(dc.PROJECT_ROOT, "data", "tinyshakespeare"),
+                   help="output directory (default: %(default)s)")
+    dc.add_tokenizer_args(p)
+    args = p.parse_args(argv)
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = args.input
+    if path is None:
+        path = dc.download(INPUT_URL, os.path.join(args.out_dir, "input.txt"))
+    with open(path, "r", encoding="utf-8") as f:
+        text = f.read()
+
+    enc = dc.gpt2_encoding(args.vocab_bpe, args.encoder_json)
+    tokens = tokenize(text, enc)
+    val, train = tokens[:VAL_TOKENS], tokens[VAL_TOKENS:]
+
+    val_path = os.path.join(args.out_dir, "tiny_shakespeare_val.bin")
+    train_path = os.path.join(args.out_dir, "tiny_shakespeare_train.bin")
+    tok_path = os.path.join(args.out_dir, "gpt2_tokenizer.bin")
+    dc.write_token_shard(val_path, val)
+    dc.write_token_shard(train_path, train)
+    dc.write_tokenizer(tok_path, enc)
+
+    print(f"total tokens: {len(tokens)}")
+    print(f"wrote {len(val)} tokens to {val_path}")
+    print(f"wrote {len(train)} tokens to {train_path}")
+    print(f"wrote tokenizer ({enc.n_vocab} tokens, eot {enc.eot_token}) to {tok_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+// Fused softmax + cross-entropy + its gradient. logits (N, Vp) are replaced in place by dlogits,
+// so no second vocabulary-sized buffer exists. Columns V..Vp-1 are padding: they take no part in
+// the softmax and get zero gradient. dloss is d(mean loss)/d(loss of one position).
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+namespace cpu {
+
+inline void fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N,
+                             int V, int Vp) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float* row = logits + (size_t)i * Vp;
+        float maxval = -INFINITY;
+        for (int j = 0; j < V; j++) maxval = fmaxf(maxval, row[j]);
+        float sum = 0.0f;
+        for (int j = 0; j < V; j++) sum += expf(row[j] - maxval);
+        const int target = targets[i];
+        // log-sum-exp form keeps the loss finite even when the target's probability underflows
+        losses[i] = logf(sum) + maxval - row[target];
+        if (dloss == 0.0f) continue;  // inference: keep the logits
+        for (int j = 0; j < V; j++) {
+            float p = expf(row[j] - maxval) / sum;
+            row[j] = (p - (j == target ? 1.0f : 0.0f)) * dloss;
+        }
+        for (int j = V; j < Vp; j++) row[j] = 0.0f;
+    }
+}
+
+}  // namespace cpu

@@ -1,0 +1,114 @@
+// The CPU backend: fp32 everywhere, OpenMP loops, OpenBLAS matmuls. It is the reference that the
+// CUDA kernels are tested against. train_gpt.cu and zero/ see only this interface (the CUDA
+// backend in cuda_backend.cuh has the same members).
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/adamw.h"
+#include "cpu/attention.h"
+#include "cpu/classifier.h"
+#include "cpu/encoder.h"
+#include "cpu/gelu.h"
+#include "cpu/layernorm.h"
+#include "cpu/matmul.h"
+#include "cpu/residual.h"
+
+struct CpuBackend {
+    using floatX = float;  // parameters, activations and gradients
+    static constexpr const char* name = "cpu";
+    static constexpr bool has_master_weights = false;  // fp32 params are their own master copy
+
+    // memory: "device" memory is host memory here
+    static void* alloc(size_t bytes) {
+        void* p = calloc(bytes ? bytes : 1, 1);
+        if (p == nullptr) abort();
+        return p;
+    }
+    static void release(void* p) { free(p); }
+    static void to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+    static void from_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+    static void copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+    static void zero(void* dst, size_t bytes) { memset(dst, 0, bytes); }
+    // rows of `width` bytes from src (row pitch spitch) to dst (row pitch dpitch)
+    static void copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                       size_t rows) {
+        for (size_t r = 0; r < rows; r++)
+            memcpy((char*)dst + r * dpitch, (const char*)src + r * spitch, width);
+    }
+    static void synchronize() {}
+    static void accumulate(floatX* dst, const floatX* src, size_t n) { cpu::residual_forward(dst, dst, src, n); }
+    static void upload_fp32(floatX* dst, const float* host, size_t n) { memcpy(dst, host, n * 4); }
+    static void download_fp32(float* host, const floatX* src, size_t n) { memcpy(host, src, n * 4); }
+
+    // ops: see the headers in kernels/cpu/ for what each computes
+    static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
+                                int B, int T, int C) {
+        cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+    }
+    static void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
+                                 int B, int T, int C) {
+        cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    }
+    static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                  const floatX* w, const floatX* b, int N, int C) {
+        cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    }
+    // residual_out = a + b, then out = layernorm(residual_out)
+    static void residual_layernorm_forward(floatX* residual_out, floatX* out, float* mean,
+                                           float* rstd, const floatX* a, const floatX* b,
+                                           const floatX* w, const floatX* bias, int N, int C) {
+        cpu::residual_forward(residual_out, a, b, (size_t)N * C);
+        cpu::layernorm_forward(out, mean, rstd, residual_out, w, bias, N, C);
+    }
+    static void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, const floatX* dout,
+                                   const floatX* inp, const floatX* w, const float* mean,
+                                   const float* rstd, int N, int C) {
+        cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    }
+    static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
+        cpu::residual_forward(out, a, b, n);
+    }
+    static void matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias,
+                               int N, int C, int OC) {
+        cpu::matmul_forward(out, inp, w, bias, N, C, OC);
+    }
+    static void matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
+                                const floatX* inp, const floatX* w, int N, int C, int OC) {
+        cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    }
+    static size_t attention_saved_floats(int B, int T, int NH) {
+        return cpu::attention_saved_floats(B, T, NH);
+    }
+    static void attention_forward(floatX* out, float* saved, const floatX* qkv, int B, int T, int C,
+                                  int NH) {
+        cpu::attention_forward(out, saved, qkv, B, T, C, NH);
+    }
+    static void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                   const floatX* out, const float* saved, int B, int T, int C,
+                                   int NH) {
+        (void)out;  // the flash-style CUDA kernel needs the output; the CPU one keeps att instead
+        cpu::attention_backward(dqkv, dout, qkv, saved, B, T, C, NH);
+    }
+    static void gelu_forward(floatX* out, const floatX* inp, size_t n) { cpu::gelu_forward(out, inp, n); }
+    static void gelu_backward(floatX* dinout, const floatX* inp, size_t n) {
+        cpu::gelu_backward(dinout, inp, n);
+    }
+    static void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss,
+                                 int N, int V, int Vp) {
+        cpu::fused_classifier(logits, losses, targets, dloss, N, V, Vp);
+    }
+    // master is unused here (fp32 params); seed feeds stochastic rounding on the CUDA backend
+    static void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v,
+                             size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                             float grad_scale, int t, uint32_t seed) {
+        (void)master;
+        (void)seed;
+        cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+    }
+    // *acc += sum of squares of x (acc lives in backend memory)
+    static void sum_squares_add(float* acc, const floatX* x, size_t n) {
+        *acc += (float)cpu::sum_squares(x, n);
+    }
+};

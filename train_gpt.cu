@@ -1,0 +1,715 @@
+// GPT-2 training in one file: the model, its checkpoint format, the training loop and main().
+// Kernels come from a backend (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built
+// with nvcc); who holds which parameters, gradients and optimizer state across ranks is zero/'s
+// business. Everything here runs the same on both backends.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/dataloader.h"
+#include "data/io.h"
+#include "data/tokenizer.h"
+#include "kernels/cpu_backend.h"
+#include "zero/comm.h"
+#include "zero/zero.h"
+#ifdef __CUDACC__
+#include "kernels/cuda_backend.cuh"
+#endif
+#ifndef NO_MPI
+#include "zero/comm_mpi.h"
+#else
+#include "zero/comm_single.h"
+#endif
+
+// ----------------------------------------------------------------------------
+// model shape and parameter layout
+
+struct GPT2Config {
+    int max_seq_len = 1024;  // maxT
+    int vocab_size = 50257;  // V
+    int padded_vocab_size = 50304;  // Vp: V rounded up to 128, for aligned matmuls
+    int num_layers = 12;     // L
+    int num_heads = 12;      // NH
+    int channels = 768;      // C
+};
+
+inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
+
+// The 16 parameter tensors in llm.c's order, which is also the checkpoint's order.
+enum Param { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB,
+             FCPROJW, FCPROJB, LNFW, LNFB, NUM_PARAM_TENSORS };
+// Within a layer's group: the tensors LN1W..FCPROJB, in order. Group 0 is {WTE, WPE}, groups
+// 1..L the layers, group L+1 {LNFW, LNFB}.
+enum LayerParam { L_LN1W, L_LN1B, L_QKVW, L_QKVB, L_ATTPROJW, L_ATTPROJB, L_LN2W, L_LN2B, L_FCW,
+                  L_FCB, L_FCPROJW, L_FCPROJB, NUM_LAYER_TENSORS };
+
+struct ParamLayout {
+    size_t size[NUM_PARAM_TENSORS];
+    size_t offset[NUM_PARAM_TENSORS];
+    size_t total = 0;
+
+    explicit ParamLayout(const GPT2Config& c) {
+        const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
+        const size_t sizes[NUM_PARAM_TENSORS] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                                                 L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
+                                                 L * C * 4 * C, L * C, C, C};
+        for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+            size[i] = sizes[i];
+            offset[i] = total;
+            total += sizes[i];
+        }
+    }
+    // weight decay goes to the 2-D weights only, as in GPT-2
+    static bool decays(int p) {
+        return p == WTE || p == WPE || p == QKVW || p == ATTPROJW || p == FCW || p == FCPROJW;
+    }
+    // the groups zero/ communicates by: embedding, one per layer, final layernorm
+    std::vector<std::vector<TensorSlice>> groups(int L) const {
+        std::vector<std::vector<TensorSlice>> g;
+        g.push_back({{offset[WTE], size[WTE], true}, {offset[WPE], size[WPE], true}});
+        for (int l = 0; l < L; l++) {
+            std::vector<TensorSlice> layer;
+            for (int p = LN1W; p <= FCPROJB; p++) {
+                size_t per_layer = size[p] / L;
+                layer.push_back({offset[p] + l * per_layer, per_layer, decays(p)});
+            }
+            g.push_back(layer);
+        }
+        g.push_back({{offset[LNFW], size[LNFW], false}, {offset[LNFB], size[LNFB], false}});
+        return g;
+    }
+};
+
+// "d12" etc. are GPT-2's sizes; "L=2,NH=4,C=64[,V=...,maxT=...]" spells out a small one.
+// Returns false when desc is neither (then it is a checkpoint path).
+inline bool config_from_descriptor(const std::string& desc, GPT2Config* c) {
+    struct Named { const char* name; int L, NH, C; };
+    static const Named named[] = {{"d6", 6, 6, 384}, {"d12", 12, 12, 768}, {"d24", 24, 16, 1024},
+                                  {"d36", 36, 20, 1280}, {"d48", 48, 25, 1600}};
+    for (const auto& n : named) {
+        if (desc == n.name) {
+            *c = GPT2Config{};
+            c->num_layers = n.L;
+            c->num_heads = n.NH;
+            c->channels = n.C;
+            return true;
+        }
+    }
+    if (desc.find('=') == std::string::npos) return false;
+    *c = GPT2Config{};
+    size_t pos = 0;
+    while (pos < desc.size()) {
+        size_t end = desc.find(',', pos);
+        if (end == std::string::npos) end = desc.size();
+        std::string item = desc.substr(pos, end - pos);
+        size_t eq = item.find('=');
+        std::string key = item.substr(0, eq);
+        char* rest = nullptr;
+        long value = eq == std::string::npos ? 0 : strtol(item.c_str() + eq + 1, &rest, 10);
+        if (eq == std::string::npos || *rest != '\0' || value <= 0 || value > (1 << 20))
+            fatal(2, "bad model descriptor item '%s' in '%s' (expected KEY=positive integer)", item.c_str(), desc.c_str());
+        if (key == "L") c->num_layers = (int)value;
+        else if (key == "NH") c->num_heads = (int)value;
+        else if (key == "C") c->channels = (int)value;
+        else if (key == "V") c->vocab_size = (int)value;
+        else if (key == "maxT") c->max_seq_len = (int)value;
+        else fatal(2, "unknown model descriptor key '%s' (expected L, NH, C, V or maxT)", key.c_str());
+        pos = end + 1;
+    }
+    if (c->channels % c->num_heads != 0)
+        fatal(2, "model descriptor '%s': C=%d is not a multiple of NH=%d", desc.c_str(), c->channels, c->num_heads);
+    c->padded_vocab_size = pad_vocab(c->vocab_size);
+    return true;
+}
+
+// GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero
+// biases, unit layernorm weights. std::mt19937 is specified exactly by the standard; the normal
+// draws are our own Box-Muller so the values do not depend on the C++ library.
+inline std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
+    ParamLayout layout(c);
+    std::vector<float> params(layout.total, 0.0f);
+    std::mt19937 rng((uint32_t)seed);
+    auto uniform = [&]() { return ((rng() >> 8) + 0.5f) / 16777216.0f; };
+    auto fill_normal = [&](int p, float std, size_t count) {
+        float* x = params.data() + layout.offset[p];
+        for (size_t i = 0; i + 1 < count + 1; i += 2) {
+            float r = sqrtf(-2.0f * logf(uniform())), th = 6.2831853071795864f * uniform();
+            x[i] = std * r * cosf(th);
+            if (i + 1 < count) x[i + 1] = std * r * sinf(th);
+        }
+    };
+    const float residual_std = 0.02f / sqrtf(2.0f * c.num_layers);
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        if (p == LN1W || p == LN2W || p == LNFW) std::fill_n(params.data() + layout.offset[p], layout.size[p], 1.0f);
+        else if (p == WTE) fill_normal(p, 0.02f, (size_t)c.vocab_size * c.channels);  // padded rows stay 0
+        else if (p == ATTPROJW || p == FCPROJW) fill_normal(p, residual_std, layout.size[p]);
+        else if (ParamLayout::decays(p)) fill_normal(p, 0.02f, layout.size[p]);
+    }
+    return params;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: llm.c's format. int32 header[256]: magic 20240326, version (3: fp32, 5: bf16),
+// maxT, V, L, NH, C, Vp; then the parameters in ParamLayout's order.
+
+constexpr int kCheckpointMagic = 20240326;
+
+inline float bf16_bits_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
+    FILE* f = open_file(path, "rb");
+    int32_t h[256];
+    read_exact(h, sizeof(h), f, path, "the checkpoint header");
+    if (h[0] != kCheckpointMagic) fatal(1, "%s: bad magic %d in checkpoint (expected %d)", path.c_str(), h[0], kCheckpointMagic);
+    if (h[1] != 3 && h[1] != 5) fatal(1, "%s: unsupported checkpoint version %d (expected 3 for fp32 or 5 for bf16)", path.c_str(), h[1]);
+    c->max_seq_len = h[2];
+    c->vocab_size = h[3];
+    c->num_layers = h[4];
+    c->num_heads = h[5];
+    c->channels = h[6];
+    c->padded_vocab_size = h[7];
+    if (h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] <= 0 || h[6] <= 0 || h[6] % h[5] != 0 || h[7] < h[3])
+        fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]);
+    ParamLayout layout(*c);
+    const size_t elem = h[1] == 3 ? 4 : 2, expected = sizeof(h) + layout.total * elem;
+    if (file_size(f) != expected)
+        fatal(1, "%s: checkpoint is %zu bytes, expected %zu for this header", path.c_str(), file_size(f), expected);
+    std::vector<float> params(layout.total);
+    if (elem == 4) {
+        read_exact(params.data(), layout.total * 4, f, path, "parameters");
+    } else {
+        std::vector<uint16_t> raw(layout.total);
+        read_exact(raw.data(), layout.total * 2, f, path, "parameters");
+        for (size_t i = 0; i < raw.size(); i++) params[i] = bf16_bits_to_float(raw[i]);
+    }
+    fclose(f);
+    return params;
+}
+
+inline void write_checkpoint(const std::string& path, const GPT2Config& c, const std::vector<float>& params) {
+    int32_t h[256] = {kCheckpointMagic, 3, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    AtomicFile f(path);
+    f.write(h, sizeof(h));
+    f.write(params.data(), params.size() * sizeof(float));
+    f.commit();
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+template <class Backend>
+class GPT2 {
+public:
+    using floatX = typename Backend::floatX;
+    using Tensors = typename Zero<Backend>::Tensors;
+
+    // recompute: 0 keeps every activation, 1 recomputes GELU in backward, 2 also the layernorms
+    GPT2(const GPT2Config& c, int B, int T, int recompute, Zero<Backend>& zero)
+        : c_(c), B_(B), T_(T), recompute_(recompute), zero_(zero) {
+        const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
+        const size_t ln_copies = recompute >= 2 ? 1 : L, gelu_copies = recompute >= 1 ? 1 : L;
+        encoded_ = alloc<floatX>(BT * C);
+        ln1_ = alloc<floatX>(ln_copies * BT * C);
+        ln2_ = alloc<floatX>(ln_copies * BT * C);
+        ln1_stats_ = alloc<float>(L * 2 * BT);
+        ln2_stats_ = alloc<float>(L * 2 * BT);
+        qkv_ = alloc<floatX>(L * BT * 3 * C);
+        atty_ = alloc<floatX>(L * BT * C);
+        att_saved_per_layer_ = Backend::attention_saved_floats(B, T, c.num_heads);
+        att_saved_ = alloc<float>(L * att_saved_per_layer_);
+        residual2_ = alloc<floatX>(L * BT * C);
+        residual3_ = alloc<floatX>(L * BT * C);
+        fch_ = alloc<floatX>(L * BT * 4 * C);
+        fch_gelu_ = alloc<floatX>(gelu_copies * BT * 4 * C);
+        lnf_ = alloc<floatX>(BT * C);
+        lnf_stats_ = alloc<float>(2 * BT);
+        logits_ = alloc<floatX>(BT * Vp);
+        losses_ = alloc<float>(BT);
+        inputs_ = alloc<int>(BT);
+        targets_ = alloc<int>(BT);
+        activation_bytes_ = allocated_;
+        scratch_ = alloc<floatX>(BT * C);
+        dresidual_ = alloc<floatX>(BT * C);
+        dbuf_ = alloc<floatX>(BT * C);
+        dbuf4_ = alloc<floatX>(BT * 4 * C);
+        scratch_bytes_ = allocated_ - activation_bytes_;
+        host_losses_.resize(BT);
+    }
+    ~GPT2() {
+        for (void* p : allocations_) Backend::release(p);
+    }
+    GPT2(const GPT2&) = delete;
+    GPT2& operator=(const GPT2&) = delete;
+
+    size_t activation_bytes() const { return activation_bytes_; }
+    size_t scratch_bytes() const { return scratch_bytes_; }
+    const GPT2Config& config() const { return c_; }
+
+    // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
+    // computes the loss, and with dloss != 0 leaves d(loss)/d(logits) in place for backward().
+    // Returns the mean loss over the batch (0 without targets).
+    float forward(const int* inputs, const int* targets, int B, int T, float dloss) {
+        const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
+        zero_.begin_micro_step();
+        Backend::from_host(inputs_, inputs, BT * sizeof(int));
+        Tensors emb = zero_.params(0);
+        Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);
+        for (int l = 0; l < L; l++) {
+            Tensors p = zero_.params(1 + l);
+            const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
+            Backend::layernorm_forward(ln1(l), ln1_stats(l, 0), ln1_stats(l, 1), residual, p[L_LN1W], p[L_LN1B], BT, C);
+            Backend::matmul_forward(layer(qkv_, l, 3 * C), ln1(l), p[L_QKVW], p[L_QKVB], BT, C, 3 * C);
+            Backend::attention_forward(layer(atty_, l, C), att_saved(l), layer(qkv_, l, 3 * C), B, T, C, NH);
+            Backend::matmul_forward(scratch_, layer(atty_, l, C), p[L_ATTPROJW], p[L_ATTPROJB], BT, C, C);
+            Backend::residual_layernorm_forward(layer(residual2_, l, C), ln2(l), ln2_stats(l, 0), ln2_stats(l, 1),
+                                                residual, scratch_, p[L_LN2W], p[L_LN2B], BT, C);
+            Backend::matmul_forward(layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
+            Backend::gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), (size_t)BT * 4 * C);
+            Backend::matmul_forward(scratch_, fch_gelu(l), p[L_FCPROJW], p[L_FCPROJB], BT, 4 * C, C);
+            Backend::residual_forward(layer(residual3_, l, C), layer(residual2_, l, C), scratch_, (size_t)BT * C);
+        }
+        Tensors fin = zero_.params(L + 1);
+        Backend::layernorm_forward(lnf_, lnf_stats_, lnf_stats_ + B_ * T_, layer(residual3_, L - 1, C), fin[0], fin[1], BT, C);
+        Backend::matmul_forward(logits_, lnf_, emb[0], nullptr, BT, C, c_.padded_vocab_size);
+        if (targets == nullptr) return 0.0f;
+        Backend::from_host(targets_, targets, BT * sizeof(int));
+        Backend::fused_classifier(logits_, losses_, targets_, dloss, BT, c_.vocab_size, c_.padded_vocab_size);
+        Backend::to_host(host_losses_.data(), losses_, BT * sizeof(float));
+        double sum = 0.0;
+        for (int i = 0; i < BT; i++) sum += host_losses_[i];
+        return (float)(sum / BT);
+    }
+
+    // Backward pass of the last forward (which must have had targets and dloss != 0).
+    // Gradients are added into what zero_ hands out, group by group, last layer first.
+    void backward(int B, int T) {
+        const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
+        Tensors emb = zero_.params(0), fin = zero_.params(L + 1);
+        Tensors demb = zero_.grads(0), dfin = zero_.grads(L + 1);
+        Backend::matmul_backward(dbuf_, demb[0], nullptr, logits_, lnf_, emb[0], BT, C, c_.padded_vocab_size);
+        Backend::zero(dresidual_, (size_t)BT * C * sizeof(floatX));
+        Backend::layernorm_backward(dresidual_, dfin[0], dfin[1], dbuf_, layer(residual3_, L - 1, C), fin[0],
+                                    lnf_stats_, lnf_stats_ + B_ * T_, BT, C);
+        zero_.grads_done(L + 1);
+        for (int l = L - 1; l >= 0; l--) {
+            Tensors p = zero_.params(1 + l), g = zero_.grads(1 + l);
+            const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
+            floatX* fch = layer(fch_, l, 4 * C);
+            if (recompute_ >= 1) Backend::gelu_forward(fch_gelu(l), fch, (size_t)BT * 4 * C);
+            Backend::matmul_backward(dbuf4_, g[L_FCPROJW], g[L_FCPROJB], dresidual_, fch_gelu(l), p[L_FCPROJW], BT, 4 * C, C);
+            Backend::gelu_backward(dbuf4_, fch, (size_t)BT * 4 * C);
+            if (recompute_ >= 2)
+                Backend::layernorm_forward(ln2(l), ln2_stats(l, 0), ln2_stats(l, 1), layer(residual2_, l, C), p[L_LN2W], p[L_LN2B], BT, C);
+            Backend::matmul_backward(dbuf_, g[L_FCW], g[L_FCB], dbuf4_, ln2(l), p[L_FCW], BT, C, 4 * C);
+            Backend::layernorm_backward(dresidual_, g[L_LN2W], g[L_LN2B], dbuf_, layer(residual2_, l, C), p[L_LN2W],
+                                        ln2_stats(l, 0), ln2_stats(l, 1), BT, C);
+            Backend::matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C, C);
+            floatX* dqkv = dbuf4_;  // dbuf4_ is free again and 4C >= 3C wide
+            Backend::attention_backward(dqkv, dbuf_, layer(qkv_, l, 3 * C), layer(atty_, l, C), att_saved(l), B, T, C, NH);
+            if (recompute_ >= 2)
+                Backend::layernorm_forward(ln1(l), ln1_stats(l, 0), ln1_stats(l, 1), residual, p[L_LN1W], p[L_LN1B], BT, C);
+            Backend::matmul_backward(dbuf_, g[L_QKVW], g[L_QKVB], dqkv, ln1(l), p[L_QKVW], BT, C, 3 * C);
+            Backend::layernorm_backward(dresidual_, g[L_LN1W], g[L_LN1B], dbuf_, residual, p[L_LN1W],
+                                        ln1_stats(l, 0), ln1_stats(l, 1), BT, C);
+            zero_.grads_done(1 + l);
+        }
+        Backend::encoder_backward(demb[0], demb[1], dresidual_, inputs_, B, T, C);
+        zero_.grads_done(0);
+    }
+
+    // logits of position t of sequence 0 after a forward without targets, as fp32 on the host
+    void logits_at(int t, float* out) {
+        Backend::download_fp32(out, logits_ + (size_t)t * c_.padded_vocab_size, c_.vocab_size);
+    }
+
+private:
+    template <class T>
+    T* alloc(size_t n) {
+        void* p = Backend::alloc(n * sizeof(T));
+        allocations_.push_back(p);
+        allocated_ += n * sizeof(T);
+        return (T*)p;
+    }
+    // per-layer activations are laid out layer-major with stride B*T*width
+    floatX* layer(floatX* base, int l, int width) const { return base + (size_t)l * B_ * T_ * width; }
+    floatX* ln1(int l) const { return layer(ln1_, recompute_ >= 2 ? 0 : l, c_.channels); }
+    floatX* ln2(int l) const { return layer(ln2_, recompute_ >= 2 ? 0 : l, c_.channels); }
+    floatX* fch_gelu(int l) const { return layer(fch_gelu_, recompute_ >= 1 ? 0 : l, 4 * c_.channels); }
+    // which = 0: mean, 1: rstd
+    float* ln1_stats(int l, int which) const { return ln1_stats_ + ((size_t)l * 2 + which) * B_ * T_; }
+    float* ln2_stats(int l, int which) const { return ln2_stats_ + ((size_t)l * 2 + which) * B_ * T_; }
+    float* att_saved(int l) const { return att_saved_ + (size_t)l * att_saved_per_layer_; }
+
+    GPT2Config c_;
+    int B_, T_, recompute_;
+    Zero<Backend>& zero_;
+    std::vector<void*> allocations_;
+    size_t allocated_ = 0, activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
+    floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
+    float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
+    int *inputs_, *targets_;
+    floatX *scratch_, *dresidual_, *dbuf_, *dbuf4_;
+    std::vector<float> host_losses_;
+};
+
+// ----------------------------------------------------------------------------
+// command line: flags follow llm.c's train_gpt2cu where the meaning is the same
+
+struct TrainConfig {
+    std::string train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
+    std::string val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+    std::string tokenizer = "data/tinyshakespeare/gpt2_tokenizer.bin";
+    std::string init = "d12";   // checkpoint path or model descriptor
+    std::string output_dir = "out";
+    int B = 4;
+    int T = 0;                  // 0: 1024 on cuda, 64 on cpu
+    long total_batch = 0;       // tokens per step; 0: B*T*ranks
+    int max_steps = 0;          // 0: one epoch of the training data
+    float lr = 3e-4f;
+    int warmup = 0;
+    float final_lr_frac = 1.0f;
+    std::string schedule = "cosine";
+    float wsd_decay_frac = 0.2f;
+    float weight_decay = 0.0f;
+    int val_every = 20;
+    int val_steps = 20;
+    int sample_every = 20;
+    int gen_len = 64;
+    int overfit = 0;
+    int checkpoint_every = 0;
+    int zero_stage = 0;
+    int recompute = 0;
+    long seed = 1337;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_clip = 1.0f;
+    std::string device = "auto";
+    int quiet = 0;
+};
+
+struct Flag {
+    const char* short_name;  // "" when there is none
+    const char* long_name;
+    char kind;               // i: int, l: long, f: float, s: string
+    size_t field;            // offsetof(TrainConfig, ...)
+    double min, max;         // for numbers
+    const char* help;
+};
+
+#define FIELD(name) offsetof(TrainConfig, name)
+static const Flag kFlags[] = {
+    {"-i", "--train", 's', FIELD(train_data), 0, 0, "training token shards (glob pattern)"},
+    {"-j", "--val", 's', FIELD(val_data), 0, 0, "validation token shards (glob pattern)"},
+    {"-e", "--init", 's', FIELD(init), 0, 0, "checkpoint file, d6|d12|d24|d36|d48, or L=,NH=,C=[,V=,maxT=]"},
+    {"-o", "--output", 's', FIELD(output_dir), 0, 0, "output directory for log and checkpoints ('' for none)"},
+    {"", "--tokenizer", 's', FIELD(tokenizer), 0, 0, "tokenizer file for samples"},
+    {"-b", "--batch", 'i', FIELD(B), 1, 65536, "micro-batch size B (sequences per rank)"},
+    {"-t", "--seq-len", 'i', FIELD(T), 0, 1 << 20, "sequence length T (0: 1024 on cuda, 64 on cpu)"},
+    {"-d", "--total-batch", 'l', FIELD(total_batch), 0, 1e12, "tokens per step (0: B*T*ranks); sets accumulation"},
+    {"-x", "--max-steps", 'i', FIELD(max_steps), 0, 1e9, "training steps (0: one epoch)"},
+    {"-l", "--lr", 'f', FIELD(lr), 0, 10, "peak learning rate"},
+    {"-u", "--warmup", 'i', FIELD(warmup), 0, 1e9, "warmup steps"},
+    {"-q", "--final-lr-frac", 'f', FIELD(final_lr_frac), 0, 1, "final learning rate as a fraction of the peak"},
+    {"-k", "--schedule", 's', FIELD(schedule), 0, 0, "cosine | linear | constant | wsd"},
+    {"", "--wsd-decay-frac", 'f', FIELD(wsd_decay_frac), 0, 1, "wsd: fraction of steps spent decaying"},
+    {"-c", "--weight-decay", 'f', FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D weights only)"},
+    {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
+    {"-m", "--val-steps", 'i', FIELD(val_steps), 1, 1e9, "validation batches per evaluation"},
+    {"-s", "--sample-every", 'i', FIELD(sample_every), 0, 1e9, "text sample every N steps (0: never)"},
+    {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
+    {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
+    {"-n", "--checkpoint-every", 'i', FIELD(checkpoint_every), 0, 1e9, "checkpoint every N steps (0: only at the end)"},
+    {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
+    {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
+    {"", "--seed", 'l', FIELD(seed), 0, 4294967295.0, "seed for init, sampling and rounding"},
+    {"", "--beta1", 'f', FIELD(beta1), 0, 0.999999, "AdamW beta1"},
+    {"", "--beta2", 'f', FIELD(beta2), 0, 0.999999, "AdamW beta2"},
+    {"", "--eps", 'f', FIELD(eps), 1e-30, 1, "AdamW epsilon"},
+    {"", "--grad-clip", 'f', FIELD(grad_clip), 0, 1e9, "clip the global gradient norm to this (0: off)"},
+    {"", "--device", 's', FIELD(device), 0, 0, "cpu | cuda | auto"},
+    {"", "--quiet", 'i', FIELD(quiet), 0, 1, "1: print only errors"},
+};
+#undef FIELD
+
+inline void print_usage(FILE* out) {
+    fprintf(out, "usage: train_gpt [flags]   (mpirun -np N train_gpt [flags] for N ranks)\n");
+    for (const Flag& f : kFlags) {
+        char names[48];
+        snprintf(names, sizeof(names), "%-3s %s", f.short_name, f.long_name);
+        fprintf(out, "  %-26s %s\n", names, f.help);
+    }
+    fprintf(out, "  %-26s %s\n", "-h  --help", "this table");
+}
+
+inline bool one_of(const std::string& v, std::initializer_list<const char*> options) {
+    for (const char* o : options)
+        if (v == o) return true;
+    return false;
+}
+
+// Exits with code 2 and one line on any unknown flag or value out of range.
+inline TrainConfig parse_args(int argc, char** argv) {
+    TrainConfig cfg;
+    for (int i = 1; i < argc; i++) {
+        std::string name = argv[i];
+        if (name == "-h" || name == "--help") {
+            print_usage(stdout);
+            exit(0);
+        }
+        const Flag* flag = nullptr;
+        for (const Flag& f : kFlags)
+            if (name == f.short_name || name == f.long_name) flag = &f;
+        if (flag == nullptr) fatal(2, "unknown flag %s (see --help)", name.c_str());
+        if (i + 1 >= argc) fatal(2, "flag %s needs a value", name.c_str());
+        const char* value = argv[++i];
+        char* field = (char*)&cfg + flag->field;
+        if (flag->kind == 's') {
+            *(std::string*)field = value;
+            continue;
+        }
+        char* end = nullptr;
+        double v = flag->kind == 'f' ? strtod(value, &end) : (double)strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || !std::isfinite(v) || v < flag->min || v > flag->max)
+            fatal(2, "%s %s: expected %s in [%g, %g]", name.c_str(), value, flag->kind == 'f' ? "a number" : "an integer", flag->min, flag->max);
+        if (flag->kind == 'i') *(int*)field = (int)v;
+        else if (flag->kind == 'l') *(long*)field = (long)v;
+        else *(float*)field = (float)v;
+    }
+    if (!one_of(cfg.schedule, {"cosine", "linear", "constant", "wsd"}))
+        fatal(2, "-k %s: expected cosine, linear, constant or wsd", cfg.schedule.c_str());
+    if (!one_of(cfg.device, {"cpu", "cuda", "auto"})) fatal(2, "--device %s: expected cpu, cuda or auto", cfg.device.c_str());
+    return cfg;
+}
+
+// learning rate at step (0-based) of max_steps
+inline float learning_rate(const TrainConfig& cfg, int step, int max_steps) {
+    if (step < cfg.warmup) return cfg.lr * (step + 1) / cfg.warmup;
+    const float lr_min = cfg.lr * cfg.final_lr_frac;
+    const float progress = max_steps > cfg.warmup ? (float)(step - cfg.warmup) / (max_steps - cfg.warmup) : 0.0f;
+    if (cfg.schedule == "constant") return cfg.lr;
+    if (cfg.schedule == "linear") return cfg.lr - progress * (cfg.lr - lr_min);
+    if (cfg.schedule == "cosine") return lr_min + 0.5f * (1.0f + cosf((float)M_PI * progress)) * (cfg.lr - lr_min);
+    // wsd: warmup, stable at the peak, then a linear decay over the last wsd_decay_frac of steps
+    const float decay_start = 1.0f - cfg.wsd_decay_frac;
+    if (progress <= decay_start || cfg.wsd_decay_frac == 0.0f) return cfg.lr;
+    return cfg.lr - (progress - decay_start) / cfg.wsd_decay_frac * (cfg.lr - lr_min);
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+struct StepRecord {
+    float loss, norm, lr;
+};
+template <class Backend>
+using StepHook = std::function<void(int step, Zero<Backend>& zero)>;
+
+inline uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    return h;
+}
+
+// Every rank must train the same model on the same data with the same flags; rank 0's hash of
+// all of it is compared everywhere, and a mismatch stops every rank with a message, not a hang.
+inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const GPT2Config& mc,
+                              const DataLoader& data, bool have_tokenizer) {
+    std::string s;
+    for (const Flag& f : kFlags) {
+        const char* field = (const char*)&cfg + f.field;
+        if (f.kind == 's') s += *(const std::string*)field;
+        else if (f.kind == 'i') s += std::to_string(*(const int*)field);
+        else if (f.kind == 'l') s += std::to_string(*(const long*)field);
+        else s += std::to_string(*(const float*)field);
+        s += '\n';
+    }
+    s += std::to_string(mc.num_layers) + ' ' + std::to_string(mc.channels) + ' ' + std::to_string(mc.vocab_size) + ' ' + std::to_string(mc.max_seq_len);
+    for (size_t n : data.sizes()) s += ' ' + std::to_string(n);
+    s += have_tokenizer ? " tok" : " notok";
+    uint64_t mine = fnv1a(s), root = mine;
+    comm.broadcast_host(&root, sizeof(root), 0);
+    bool differs = root != mine;
+    if (comm.all_reduce_host(differs ? 1.0 : 0.0) == 0.0) return;
+    if (differs)
+        fprintf(stderr, "error: rank %d: flags, model or data differ from rank 0's (hash %016llx, rank 0 has %016llx); every rank must get the same\n",
+                comm.rank(), (unsigned long long)mine, (unsigned long long)root);
+    else
+        fprintf(stderr, "error: rank %d: another rank's flags, model or data differ from rank 0's\n", comm.rank());
+    comm.all_reduce_host(0.0);  // everyone has printed
+    comm.abort(1);
+}
+
+template <class Backend>
+std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
+    const int rank = comm.rank(), world = comm.world();
+    const bool chatty = rank == 0 && !cfg.quiet;
+    GPT2Config mc;
+    std::vector<float> init;
+    if (config_from_descriptor(cfg.init, &mc)) init = random_init(mc, (uint64_t)cfg.seed);
+    else init = load_checkpoint(cfg.init, &mc);
+    const int B = cfg.B, T = cfg.T, L = mc.num_layers;
+    if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
+
+    DataLoader train_data(cfg.train_data, B, T, rank, world);
+    std::unique_ptr<DataLoader> val_data;
+    if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world);
+    const long tokens_per_micro = (long)B * T * world;
+    const long total_batch = cfg.total_batch > 0 ? cfg.total_batch : tokens_per_micro;
+    if (total_batch % tokens_per_micro != 0)
+        fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, tokens_per_micro);
+    const int accum = (int)(total_batch / tokens_per_micro);
+    const int max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data.total_tokens() / total_batch);
+
+    std::unique_ptr<Tokenizer> tokenizer;
+    FILE* tf = cfg.sample_every > 0 ? fopen(cfg.tokenizer.c_str(), "rb") : nullptr;
+    if (tf) {
+        fclose(tf);
+        tokenizer = std::make_unique<Tokenizer>(cfg.tokenizer);
+        if (tokenizer->vocab_size() != mc.vocab_size) {
+            if (chatty) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
+            tokenizer.reset();
+        }
+    } else if (chatty && cfg.sample_every > 0) {
+        printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
+    }
+    check_ranks_agree(comm, cfg, mc, train_data, tokenizer != nullptr);
+
+    Zero<Backend> zero(cfg.zero_stage, ParamLayout(mc).groups(L), comm);
+    zero.load(init.data());
+    init = std::vector<float>();
+    GPT2<Backend> model(mc, B, T, cfg.recompute, zero);
+
+    if (chatty) {
+        printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", L, mc.num_heads, mc.channels,
+               mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero.plan().total());
+        printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps\n",
+               Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps);
+        printf("train %zu tokens in %zu file(s)\n", train_data.total_tokens(), train_data.files().size());
+    }
+    if (!cfg.quiet) {
+        const ZeroMemory& m = zero.memory();
+        const double MiB = 1 << 20;
+        printf("rank %d memory MiB: parameters %.2f | gradients %.2f | optimizer %.2f | activations %.2f | scratch %.2f | comm buffers %.2f\n",
+               rank, m.params / MiB, m.grads / MiB, m.optimizer / MiB, model.activation_bytes() / MiB,
+               model.scratch_bytes() / MiB, m.comm / MiB);
+    }
+
+    FILE* log = nullptr;
+    if (rank == 0 && !cfg.output_dir.empty()) {
+        mkdir(cfg.output_dir.c_str(), 0755);
+        log = open_file(cfg.output_dir + "/main.log", "w");
+    }
+
+    const AdamHyper hyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    std::vector<StepRecord> records;
+    uint64_t sample_rng = (uint64_t)cfg.seed * 2654435761u + 1;
+    comm.reset_counters();
+    for (int step = 0; step < max_steps; step++) {
+        const bool last = step == max_steps - 1;
+        if (val_data && (step % cfg.val_every == 0 || last)) {
+            val_data->reset();
+            double sum = 0.0;
+            for (int i = 0; i < cfg.val_steps; i++) {
+                val_data->next_batch(inputs.data(), targets.data());
+                sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f);
+            }
+            float val_loss = (float)(comm.all_reduce_host(sum / cfg.val_steps) / world);
+            if (chatty) printf("val loss %.6f\n", val_loss);
+            if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
+        }
+        if (tokenizer && step > 0 && (step % cfg.sample_every == 0 || last)) {
+            // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
+            std::vector<int> tokens(T, tokenizer->eot());
+            std::vector<float> logits(mc.vocab_size);
+            std::string text;
+            const int n = std::min(cfg.gen_len, T - 1);
+            for (int t = 1; t <= n; t++) {
+                model.forward(tokens.data(), nullptr, 1, t, 0.0f);
+                model.logits_at(t - 1, logits.data());
+                float maxval = *std::max_element(logits.begin(), logits.end());
+                double sum = 0.0;
+                for (float& x : logits) sum += (x = expf(x - maxval));
+                sample_rng ^= sample_rng << 13, sample_rng ^= sample_rng >> 7, sample_rng ^= sample_rng << 17;
+                double coin = (sample_rng >> 11) * (1.0 / 9007199254740992.0) * sum, cdf = 0.0;
+                int next = mc.vocab_size - 1;
+                for (int v = 0; v < mc.vocab_size; v++)
+                    if ((cdf += logits[v]) > coin) { next = v; break; }
+                tokens[t] = next;
+                text += tokenizer->printable(next);
+            }
+            if (chatty) printf("generating:\n---\n%s\n---\n", text.c_str());
+        }
+
+        Backend::synchronize();
+        auto start = std::chrono::steady_clock::now();
+        zero.zero_grads();
+        double loss_sum = 0.0;
+        const float dloss = 1.0f / ((float)B * T * accum * world);
+        for (int micro = 0; micro < accum; micro++) {
+            if (cfg.overfit) train_data.reset();
+            train_data.next_batch(inputs.data(), targets.data());
+            for (int tok : inputs)
+                if (tok >= mc.vocab_size) fatal(1, "token %d in %s is outside the model's vocabulary of %d", tok, cfg.train_data.c_str(), mc.vocab_size);
+            loss_sum += model.forward(inputs.data(), targets.data(), B, T, dloss);
+            model.backward(B, T);
+        }
+        const float loss = (float)(comm.all_reduce_host(loss_sum / accum) / world);
+        const float lr = learning_rate(cfg, step, max_steps);
+        const float norm = zero.step(lr, hyper, cfg.grad_clip, step + 1, (uint32_t)cfg.seed + 7919u * step);
+        Backend::synchronize();
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        records.push_back({loss, norm, lr});
+        if (chatty)
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s\n", step + 1, max_steps, loss,
+                   norm, lr, ms, total_batch / (ms / 1000.0));
+        if (log) fprintf(log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, loss, norm, lr, ms, total_batch / (ms / 1000.0));
+        if (hook) hook(step, zero);
+        const bool save = !cfg.output_dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0));
+        if (save) {
+            std::vector<float> params(zero.plan().total());
+            zero.save(params.data());
+            char name[64];
+            snprintf(name, sizeof(name), "/model_%08d.bin", step + 1);
+            if (rank == 0) write_checkpoint(cfg.output_dir + name, mc, params);
+        }
+    }
+    if (log) fclose(log);
+    return records;
+}
+
+// ----------------------------------------------------------------------------
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    TrainConfig cfg = parse_args(argc, argv);
+    if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
+    if (cfg.T == 0) cfg.T = 64;
+#ifdef NO_MPI
+    SingleComm comm(CpuBackend::copy);
+    train<CpuBackend>(cfg, comm);
+#else
+    MPI_Init(&argc, &argv);
+    {
+        MpiComm comm(MPI_COMM_WORLD);
+        if (comm.world() > 1) g_fatal_hook = [](int code) { MPI_Abort(MPI_COMM_WORLD, code); };
+        train<CpuBackend>(cfg, comm);
+    }
+    MPI_Finalize();
+#endif
+    return 0;
+}
+#endif

@@ -1,0 +1,61 @@
+// The one interface through which ranks talk. zero/ and the training loop call only these; an
+// MPI implementation (host memory, or device memory staged through the host) and an NCCL one
+// (device memory) sit behind it. Every collective is a sum where it reduces, and counts the bytes
+// it moves per rank the way the ZeRO paper does: an all-reduce of n elements moves 2n (it is a
+// reduce-scatter plus an all-gather), a reduce-scatter or all-gather over n elements in total
+// moves n.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+enum class DType { F32, BF16 };
+inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+
+struct CommCounters {
+    uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
+    uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
+};
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    int rank() const { return rank_; }
+    int world() const { return world_; }
+    const CommCounters& counters() const { return counters_; }
+    void reset_counters() { counters_ = CommCounters{}; }
+
+    // buf[0..n) summed over ranks, in place
+    void all_reduce(void* buf, size_t n, DType t) {
+        counters_.all_reduce += 2 * n * dtype_size(t);
+        do_all_reduce(buf, n, t);
+    }
+    // send holds world*n elements, rank-major; rank r receives the sum of block r in recv[0..n)
+    void reduce_scatter(const void* send, void* recv, size_t n, DType t) {
+        counters_.reduce_scatter += (size_t)world_ * n * dtype_size(t);
+        do_reduce_scatter(send, recv, n, t);
+    }
+    // every rank gives n elements; recv gets world*n elements, rank-major
+    void all_gather(const void* send, void* recv, size_t n, DType t) {
+        counters_.all_gather += (size_t)world_ * n * dtype_size(t);
+        do_all_gather(send, recv, n, t);
+    }
+    // host memory, from root to all
+    void broadcast_host(void* buf, size_t bytes, int root) {
+        counters_.broadcast += bytes;
+        do_broadcast_host(buf, bytes, root);
+    }
+    // sum of a host scalar over ranks (losses, flags); not counted, it is a few bytes per step
+    virtual double all_reduce_host(double x) = 0;
+    // collectives may run on their own stream; this waits until they are done
+    virtual void wait() {}
+    // stop every rank now, after this rank printed why
+    [[noreturn]] virtual void abort(int code) = 0;
+
+protected:
+    virtual void do_all_reduce(void* buf, size_t n, DType t) = 0;
+    virtual void do_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
+    virtual void do_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
+    virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;
+    int rank_ = 0, world_ = 1;
+    CommCounters counters_;
+};

@@ -1,0 +1,111 @@
+// Communicator over MPI. Buffers are host memory, or device memory that is staged through the
+// host when `stage` functions are given: NCCL refuses two ranks on one GPU, MPI does not care.
+// bf16 sums use a user-defined MPI op since MPI has no bf16 type.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "comm.h"
+
+class MpiComm : public Communicator {
+public:
+    using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
+
+    // to_host/from_host: null for host buffers, else how to move device bytes
+    explicit MpiComm(MPI_Comm comm, CopyFn to_host = nullptr, CopyFn from_host = nullptr)
+        : comm_(comm), to_host_(to_host), from_host_(from_host) {
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &world_);
+        MPI_Op_create(&bf16_sum, 1, &bf16_sum_op_);
+    }
+    ~MpiComm() override { MPI_Op_free(&bf16_sum_op_); }
+
+    double all_reduce_host(double x) override {
+        double sum = 0.0;
+        MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_);
+        return sum;
+    }
+    [[noreturn]] void abort(int code) override {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, code);
+        exit(code);  // not reached: MPI_Abort ends the process
+    }
+
+protected:
+    void do_all_reduce(void* buf, size_t n, DType t) override {
+        void* h = stage_in(buf, n * dtype_size(t), 0);
+        MPI_Allreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_);
+        stage_out(buf, h, n * dtype_size(t));
+    }
+    void do_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
+        size_t bytes = n * dtype_size(t);
+        void* hs = stage_in(send, world_ * bytes, 0);
+        void* hr = staged() ? stage_buffer(1, bytes) : recv;
+        MPI_Reduce_scatter_block(hs, hr, count(n, t), mpi_type(t), op(t), comm_);
+        stage_out(recv, hr, bytes);
+    }
+    void do_all_gather(const void* send, void* recv, size_t n, DType t) override {
+        size_t bytes = n * dtype_size(t);
+        void* hs = stage_in(send, bytes, 0);
+        void* hr = staged() ? stage_buffer(1, world_ * bytes) : recv;
+        MPI_Allgather(hs, count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
+        stage_out(recv, hr, world_ * bytes);
+    }
+    void do_broadcast_host(void* buf, size_t bytes, int root) override {
+        MPI_Bcast(buf, count(bytes, DType::F32), MPI_BYTE, root, comm_);
+    }
+
+private:
+    static MPI_Datatype mpi_type(DType t) { return t == DType::F32 ? MPI_FLOAT : MPI_UINT16_T; }
+    MPI_Op op(DType t) const { return t == DType::F32 ? MPI_SUM : bf16_sum_op_; }
+    static int count(size_t n, DType) {
+        if (n > (size_t)0x7fffffff) {
+            fprintf(stderr, "error: collective of %zu elements exceeds MPI's int count\n", n);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        return (int)n;
+    }
+    static float bf16_to_float(uint16_t x) {
+        uint32_t u = (uint32_t)x << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    static uint16_t float_to_bf16(float f) {  // round to nearest even
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        u += 0x7fff + ((u >> 16) & 1);
+        return (uint16_t)(u >> 16);
+    }
+    static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+        const uint16_t* a = (const uint16_t*)in;
+        uint16_t* b = (uint16_t*)inout;
+        for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+    }
+
+    bool staged() const { return to_host_ != nullptr; }
+    void* stage_buffer(int which, size_t bytes) {
+        if (host_[which].size() < bytes) host_[which].resize(bytes);
+        return host_[which].data();
+    }
+    void* stage_in(const void* dev, size_t bytes, int which) {
+        if (!staged()) return const_cast<void*>(dev);
+        void* h = stage_buffer(which, bytes);
+        to_host_(h, dev, bytes);
+        return h;
+    }
+    void stage_out(void* dev, const void* h, size_t bytes) {
+        if (staged()) from_host_(dev, h, bytes);
+    }
+
+    MPI_Comm comm_;
+    CopyFn to_host_, from_host_;
+    MPI_Op bf16_sum_op_;
+    std::vector<char> host_[2];
+};

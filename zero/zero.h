@@ -1,0 +1,302 @@
+// ZeRO stages 0-3: who keeps which part of the parameters, gradients and Adam state, and when
+// they move between ranks. Knows nothing of the model's kernels: it takes the parameter groups
+// from the model and uses only the backend's memory primitives and its two optimizer ops
+// (adamw_update, sum_squares_add).
+//
+//   stage 0  full replicas; gradients all-reduced once per step
+//   stage 1  Adam state (and fp32 master weights) sharded; gradients reduce-scattered once per
+//            step, each rank updates its shard, parameters all-gathered
+//   stage 2  gradients sharded too: each group is reduce-scattered as soon as its backward is
+//            done, from a reusable bucket, and accumulated into the shard
+//   stage 3  parameters sharded too: each group is all-gathered into a slot just before use
+//
+// Slots and buckets: the first and last groups (embedding and final layernorm in GPT-2) have
+// their own, because the tied embedding is used at both ends of the step and its gradient
+// collects from the classifier (first in backward) to the encoder (last). Middle groups alternate
+// between two, so one can be filled while the other is in use.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "comm.h"
+#include "partition.h"
+
+struct AdamHyper {
+    float beta1, beta2, eps, weight_decay;
+};
+
+// bytes held per rank, by category
+struct ZeroMemory {
+    size_t params = 0, grads = 0, optimizer = 0, comm = 0;
+};
+
+template <class Backend>
+class Zero {
+public:
+    using floatX = typename Backend::floatX;
+    static constexpr int kMaxGroupTensors = 12;
+    struct Tensors {
+        floatX* t[kMaxGroupTensors];
+        floatX* operator[](int i) const { return t[i]; }
+    };
+
+    Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm)
+        : stage_(stage),
+          comm_(comm),
+          dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
+          plan_(groups, stage == 0 ? 1 : comm.world()),
+          rank_(stage == 0 ? 0 : comm.rank()) {
+        const size_t S = plan_.shard_size(), P = plan_.total();
+        const int N = plan_.world();
+        if (stage_ <= 2) params_full_ = alloc<floatX>(P, &memory_.params);
+        else param_shard_ = alloc<floatX>(S, &memory_.params);
+        if (stage_ <= 1) grads_full_ = alloc<floatX>(P, &memory_.grads);
+        else grad_shard_ = alloc<floatX>(S, &memory_.grads);
+        if (Backend::has_master_weights) master_ = alloc<float>(S, &memory_.optimizer);
+        adam_m_ = alloc<float>(S, &memory_.optimizer);
+        adam_v_ = alloc<float>(S, &memory_.optimizer);
+        if (stage_ >= 1) {
+            rank_major_ = alloc<floatX>((size_t)N * plan_.max_group_shard(), &memory_.comm);
+            own_ = alloc<floatX>(plan_.max_group_shard(), &memory_.comm);
+        }
+        const int last = plan_.num_groups() - 1;
+        size_t slot_size[kSlots] = {plan_.group(0).size, plan_.group(last).size, 0, 0};
+        for (int g = 1; g < last; g++)
+            slot_size[2] = slot_size[3] = std::max(slot_size[2], plan_.group(g).size);
+        for (int s = 0; s < kSlots; s++) {
+            if (stage_ >= 2) bucket_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
+            if (stage_ == 3) slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
+        }
+        norm_acc_ = alloc<float>(1, &memory_.comm);
+    }
+    ~Zero() {
+        for (void* p : allocations_) Backend::release(p);
+    }
+    Zero(const Zero&) = delete;
+    Zero& operator=(const Zero&) = delete;
+
+    int stage() const { return stage_; }
+    const PartitionPlan& plan() const { return plan_; }
+    const ZeroMemory& memory() const { return memory_; }
+
+    // full fp32 parameters (same on every rank) -> this rank's copies
+    void load(const float* host) {
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            for (const auto& t : plan_.group(g).tensors) {
+                size_t start = (size_t)rank_ * t.chunk, len = PartitionPlan::valid(t, rank_);
+                if (stage_ <= 2) Backend::upload_fp32(params_full_ + t.slice.offset, host + t.slice.offset, t.slice.n);
+                else Backend::upload_fp32(param_shard_ + t.shard_offset, host + t.slice.offset + start, len);
+                if (Backend::has_master_weights)
+                    Backend::from_host(master_ + t.shard_offset, host + t.slice.offset + start, len * 4);
+            }
+        }
+        invalidate_slots();
+    }
+    // this rank's view -> full fp32 parameters on the host; a collective at stage 3
+    void save(float* host) {
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            Tensors p = params(g);
+            const auto& tensors = plan_.group(g).tensors;
+            for (size_t i = 0; i < tensors.size(); i++)
+                Backend::download_fp32(host + tensors[i].slice.offset, p[i], tensors[i].slice.n);
+        }
+    }
+
+    // Parameters of group g, ready for the kernels. At stage 3 this all-gathers them unless the
+    // group's slot already holds them.
+    Tensors params(int g) {
+        const auto& group = plan_.group(g);
+        Tensors out{};
+        if (stage_ <= 2) {
+            for (size_t i = 0; i < group.tensors.size(); i++)
+                out.t[i] = params_full_ + group.tensors[i].slice.offset;
+            return out;
+        }
+        int s = slot_of(g);
+        if (slot_group_[s] != g) {
+            comm_.all_gather(param_shard_ + group.shard_offset, rank_major_, group.shard_size, dtype_);
+            unpack(slot_[s], group, [](const PartitionPlan::Tensor& t) { return t.group_offset; });
+            slot_group_[s] = g;
+        }
+        for (size_t i = 0; i < group.tensors.size(); i++)
+            out.t[i] = slot_[s] + group.tensors[i].group_offset;
+        return out;
+    }
+
+    // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
+    // hands out a zeroed bucket, which grads_done() reduce-scatters into the shard.
+    Tensors grads(int g) {
+        const auto& group = plan_.group(g);
+        Tensors out{};
+        if (stage_ <= 1) {
+            for (size_t i = 0; i < group.tensors.size(); i++)
+                out.t[i] = grads_full_ + group.tensors[i].slice.offset;
+            return out;
+        }
+        int s = slot_of(g);
+        if (bucket_group_[s] != g) {
+            Backend::zero(bucket_[s], group.size * sizeof(floatX));
+            bucket_group_[s] = g;
+        }
+        for (size_t i = 0; i < group.tensors.size(); i++)
+            out.t[i] = bucket_[s] + group.tensors[i].group_offset;
+        return out;
+    }
+    void grads_done(int g) {
+        if (stage_ <= 1) return;
+        const auto& group = plan_.group(g);
+        int s = slot_of(g);
+        pack(bucket_[s], group, [](const PartitionPlan::Tensor& t) { return t.group_offset; });
+        comm_.reduce_scatter(rank_major_, own_, group.shard_size, dtype_);
+        Backend::accumulate(grad_shard_ + group.shard_offset, own_, group.shard_size);
+        bucket_group_[s] = -1;
+    }
+
+    // before the first micro-step of a step
+    void zero_grads() {
+        if (stage_ <= 1) Backend::zero(grads_full_, plan_.total() * sizeof(floatX));
+        else Backend::zero(grad_shard_, plan_.shard_size() * sizeof(floatX));
+    }
+    // before each micro-step's forward: stage 3 gathers every group afresh
+    void begin_micro_step() { invalidate_slots(); }
+
+    // Reduce what is left to reduce, clip by the global norm, update this rank's shard with
+    // AdamW and share the new parameters. Returns the gradient norm before clipping.
+    float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
+        if (stage_ == 0 && comm_.world() > 1) comm_.all_reduce(grads_full_, plan_.total(), dtype_);
+        if (stage_ == 1)
+            for (int g = 0; g < plan_.num_groups(); g++) reduce_scatter_full_grads(plan_.group(g));
+
+        Backend::zero(norm_acc_, sizeof(float));
+        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
+            Backend::sum_squares_add(norm_acc_, grad_of(t), len);
+        });
+        float local = 0.0f;
+        Backend::to_host(&local, norm_acc_, sizeof(float));
+        // stage 0: every rank holds the whole reduced gradient, nothing to add up
+        double sumsq = stage_ == 0 ? local : comm_.all_reduce_host(local);
+        float norm = (float)std::sqrt(sumsq);
+        float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+
+        uint32_t index = 0;
+        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
+            float wd = t.slice.decay ? h.weight_decay : 0.0f;
+            Backend::adamw_update(param_of(t), master_ ? master_ + t.shard_offset : nullptr,
+                                  grad_of(t), adam_m_ + t.shard_offset, adam_v_ + t.shard_offset,
+                                  len, lr, h.beta1, h.beta2, h.eps, wd, scale, step_number,
+                                  seed ^ (0x9E3779B9u * ++index));
+        });
+
+        if (stage_ == 1 || stage_ == 2)
+            for (int g = 0; g < plan_.num_groups(); g++) all_gather_full_params(plan_.group(g));
+        invalidate_slots();
+        return norm;
+    }
+
+private:
+    static constexpr int kSlots = 4;
+    template <class T>
+    T* alloc(size_t n, size_t* category) {
+        void* p = Backend::alloc(n * sizeof(T));
+        allocations_.push_back(p);
+        *category += n * sizeof(T);
+        return (T*)p;
+    }
+    int slot_of(int g) const {
+        int last = plan_.num_groups() - 1;
+        return g == 0 ? 0 : g == last ? 1 : 2 + (g % 2);
+    }
+    void invalidate_slots() {
+        for (int s = 0; s < kSlots; s++) slot_group_[s] = -1;
+    }
+    // this rank's chunk of tensor t, where the optimizer reads it
+    floatX* grad_of(const PartitionPlan::Tensor& t) const {
+        if (stage_ <= 1) return grads_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
+        return grad_shard_ + t.shard_offset;
+    }
+    floatX* param_of(const PartitionPlan::Tensor& t) const {
+        if (stage_ <= 2) return params_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
+        return param_shard_ + t.shard_offset;
+    }
+    template <class F>
+    void for_each_owned(F f) {
+        for (int g = 0; g < plan_.num_groups(); g++)
+            for (const auto& t : plan_.group(g).tensors) {
+                size_t len = PartitionPlan::valid(t, rank_);
+                if (len > 0) f(t, len);
+            }
+    }
+
+    // Tensors of group g (tensor t at base + offset_of(t)) -> rank-major buffer: row r holds
+    // every tensor's chunk r, zero-padded.
+    template <class OffsetOf>
+    void pack(const floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
+        const size_t X = sizeof(floatX);
+        for (const auto& t : g.tensors) {
+            floatX* dst = rank_major_ + (t.shard_offset - g.shard_offset);
+            const floatX* src = base + offset_of(t);
+            for_rows(t, [&](int r0, int rows, size_t len) {
+                if (len == t.chunk) {
+                    Backend::copy2d(dst + r0 * g.shard_size, g.shard_size * X, src + r0 * t.chunk, t.chunk * X, len * X, rows);
+                    return;
+                }
+                Backend::copy(dst + r0 * g.shard_size, src + r0 * t.chunk, len * X);
+                Backend::zero(dst + r0 * g.shard_size + len, (t.chunk - len) * X);
+            });
+        }
+    }
+    // rank-major buffer -> tensors of group g at base + offset_of(t), padding dropped
+    template <class OffsetOf>
+    void unpack(floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
+        const size_t X = sizeof(floatX);
+        for (const auto& t : g.tensors) {
+            const floatX* src = rank_major_ + (t.shard_offset - g.shard_offset);
+            floatX* dst = base + offset_of(t);
+            for_rows(t, [&](int r0, int rows, size_t len) {
+                if (len > 0)
+                    Backend::copy2d(dst + r0 * t.chunk, t.chunk * X, src + r0 * g.shard_size, g.shard_size * X, len * X, rows);
+            });
+        }
+    }
+    // calls f(first_rank, rows, valid_len) for the run of full chunks, then each partial one
+    template <class F>
+    void for_rows(const PartitionPlan::Tensor& t, F f) {
+        const int N = plan_.world();
+        int full = t.chunk ? (int)std::min<size_t>(N, t.slice.n / t.chunk) : 0;
+        if (full > 0) f(0, full, t.chunk);
+        for (int r = full; r < N; r++) f(r, 1, PartitionPlan::valid(t, r));
+    }
+
+    void reduce_scatter_full_grads(const PartitionPlan::Group& g) {
+        const size_t X = sizeof(floatX);
+        pack(grads_full_, g, [](const PartitionPlan::Tensor& t) { return t.slice.offset; });
+        comm_.reduce_scatter(rank_major_, own_, g.shard_size, dtype_);
+        for (const auto& t : g.tensors)
+            Backend::copy(grad_of(t), own_ + (t.shard_offset - g.shard_offset), PartitionPlan::valid(t, rank_) * X);
+    }
+    void all_gather_full_params(const PartitionPlan::Group& g) {
+        const size_t X = sizeof(floatX);
+        for (const auto& t : g.tensors)
+            Backend::copy(own_ + (t.shard_offset - g.shard_offset), param_of(t), PartitionPlan::valid(t, rank_) * X);
+        comm_.all_gather(own_, rank_major_, g.shard_size, dtype_);
+        unpack(params_full_, g, [](const PartitionPlan::Tensor& t) { return t.slice.offset; });
+    }
+
+    int stage_;
+    Communicator& comm_;
+    DType dtype_;
+    PartitionPlan plan_;
+    int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
+    ZeroMemory memory_;
+    std::vector<void*> allocations_;
+    floatX *params_full_ = nullptr, *grads_full_ = nullptr;
+    floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
+    float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;
+    floatX *rank_major_ = nullptr, *own_ = nullptr;
+    floatX* bucket_[kSlots] = {};
+    floatX* slot_[kSlots] = {};
+    int slot_group_[kSlots] = {-1, -1, -1, -1};
+    int bucket_group_[kSlots] = {-1, -1, -1, -1};
+};
