@@ -29,9 +29,9 @@ $(TINY_DATA):
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_model test/test_formats test/test_zero
+TEST_BINS = test/test_model
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
-	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest -lpthread
+	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest -lgtest_main -lpthread
 
 test: train_gpt $(TEST_BINS) $(TINY_DATA)
 	bash test/run_tests.sh

@@ -333,9 +333,9 @@ public:
         zero_.grads_done(0);
     }
 
-    // logits of position t of sequence 0 after a forward without targets, as fp32 on the host
-    void logits_at(int t, float* out) {
-        Backend::download_fp32(out, logits_ + (size_t)t * c_.padded_vocab_size, c_.vocab_size);
+    // logits of row b*T+t after a forward whose loss had dloss == 0, as fp32 on the host
+    void logits_at(int row, float* out) {
+        Backend::download_fp32(out, logits_ + (size_t)row * c_.padded_vocab_size, c_.vocab_size);
     }
 
 private:

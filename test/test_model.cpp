@@ -1,0 +1,111 @@
+// The CPU backend against PyTorch: logits, loss, every parameter gradient, and ten AdamW steps
+// with clipping and weight decay, from the debug state written by scripts/gpt2_reference.py
+// for the checkpoint test/fixtures/tiny_model.bin (L=2, NH=4, C=64, V=101, B=2, T=16).
+//
+// Tolerances (fp32 on both sides, different summation orders):
+//   loss, per-step losses      1e-5 relative
+//   logits                     1e-5 absolute + 1e-5 relative
+//   gradients                  1e-6 absolute + 1e-4 relative
+//   gradient norms             1e-5 relative
+//   parameters after 10 steps  2e-5 absolute + 1e-5 relative (Adam divides by sqrt(v), which
+//                              magnifies rounding in near-zero gradients)
+#include "test_util.h"
+
+namespace {
+
+const char* kModel = "test/fixtures/tiny_model.bin";
+const char* kState = "test/fixtures/tiny_debug_state.bin";
+
+struct Fixture {
+    DebugState state{kState};
+    GPT2Config config;
+    std::vector<float> params = load_checkpoint(kModel, &config);
+};
+
+// gradients currently held by zero (stage 0: the full buffer), in the flat layout
+std::vector<float> full_grads(Zero<CpuBackend>& zero) {
+    std::vector<float> out(zero.plan().total());
+    for (int g = 0; g < zero.plan().num_groups(); g++) {
+        auto grads = zero.grads(g);
+        const auto& tensors = zero.plan().group(g).tensors;
+        for (size_t i = 0; i < tensors.size(); i++)
+            std::copy_n(grads[i], tensors[i].slice.n, out.data() + tensors[i].slice.offset);
+    }
+    return out;
+}
+
+TEST(Model, CheckpointMatchesFixtureHeader) {
+    Fixture f;
+    EXPECT_EQ(f.config.num_layers, 2);
+    EXPECT_EQ(f.config.vocab_size, f.state.V);
+    EXPECT_EQ(f.config.padded_vocab_size, f.state.Vp);
+    EXPECT_EQ(ParamLayout(f.config).total, f.state.num_params);
+}
+
+TEST(Model, ForwardAndBackwardMatchPyTorch) {
+    Fixture f;
+    const int B = f.state.B, T = f.state.T, V = f.state.V;
+    Zero<CpuBackend> zero(0, ParamLayout(f.config).groups(f.config.num_layers), single_comm());
+    zero.load(f.params.data());
+    GPT2<CpuBackend> model(f.config, B, T, 0, zero);
+
+    float loss = model.forward(f.state.x.data(), f.state.y.data(), B, T, 0.0f);
+    EXPECT_NEAR(loss, f.state.loss, 1e-5 * f.state.loss);
+    std::vector<float> logits((size_t)B * T * V);
+    for (int row = 0; row < B * T; row++) model.logits_at(row, logits.data() + (size_t)row * V);
+    EXPECT_LE(tolerance_ratio(logits.data(), f.state.logits.data(), logits.size(), 1e-5, 1e-5), 1.0);
+
+    zero.zero_grads();
+    loss = model.forward(f.state.x.data(), f.state.y.data(), B, T, 1.0f / (B * T));
+    model.backward(B, T);
+    EXPECT_NEAR(loss, f.state.loss, 1e-5 * f.state.loss);
+    std::vector<float> grads = full_grads(zero);
+    ParamLayout layout(f.config);
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        double r = tolerance_ratio(grads.data() + layout.offset[p], f.state.grads.data() + layout.offset[p], layout.size[p], 1e-4, 1e-6);
+        EXPECT_LE(r, 1.0) << "gradient of parameter tensor " << p;
+    }
+}
+
+TEST(Model, TenAdamWStepsMatchPyTorch) {
+    Fixture f;
+    const DebugState& s = f.state;
+    Zero<CpuBackend> zero(0, ParamLayout(f.config).groups(f.config.num_layers), single_comm());
+    zero.load(f.params.data());
+    GPT2<CpuBackend> model(f.config, s.B, s.T, 0, zero);
+    const AdamHyper hyper{s.beta1, s.beta2, s.eps, s.weight_decay};
+    int clipped = 0;
+    for (int step = 0; step < s.steps; step++) {
+        zero.zero_grads();
+        float loss = model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+        model.backward(s.B, s.T);
+        float norm = zero.step(s.lr, hyper, s.grad_clip, step + 1, 0);
+        EXPECT_NEAR(loss, s.losses[step], 1e-5 * s.losses[step]) << "step " << step;
+        EXPECT_NEAR(norm, s.norms[step], 1e-5 * s.norms[step]) << "step " << step;
+        clipped += norm > s.grad_clip;
+    }
+    EXPECT_GT(clipped, 0) << "the fixture must exercise gradient clipping";
+    std::vector<float> params(zero.plan().total());
+    zero.save(params.data());
+    EXPECT_LE(tolerance_ratio(params.data(), s.params_after.data(), params.size(), 1e-5, 2e-5), 1.0);
+}
+
+// Recomputing GELU and layernorm in backward must not change a single bit.
+TEST(Model, RecomputeGivesIdenticalGradients) {
+    Fixture f;
+    const DebugState& s = f.state;
+    std::vector<float> reference;
+    for (int recompute = 0; recompute <= 2; recompute++) {
+        Zero<CpuBackend> zero(0, ParamLayout(f.config).groups(f.config.num_layers), single_comm());
+        zero.load(f.params.data());
+        GPT2<CpuBackend> model(f.config, s.B, s.T, recompute, zero);
+        zero.zero_grads();
+        model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+        model.backward(s.B, s.T);
+        std::vector<float> grads = full_grads(zero);
+        if (recompute == 0) reference = grads;
+        else EXPECT_EQ(0, memcmp(grads.data(), reference.data(), grads.size() * 4)) << "recompute " << recompute;
+    }
+}
+
+}  // namespace
