@@ -29,9 +29,11 @@ $(TINY_DATA):
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_model
+TEST_BINS = test/test_model test/test_zero
+GTEST_MAIN = -lgtest_main
+test/test_zero: GTEST_MAIN =
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
-	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest -lgtest_main -lpthread
+	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
 test: train_gpt $(TEST_BINS) $(TINY_DATA)
 	bash test/run_tests.sh

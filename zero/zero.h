@@ -104,6 +104,15 @@ public:
         }
     }
 
+    // this rank's shard of the parameters in shard layout (padding as zeros), as fp32
+    std::vector<float> shard_to_host() {
+        std::vector<float> out(plan_.shard_size(), 0.0f);
+        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
+            Backend::download_fp32(out.data() + t.shard_offset, param_of(t), len);
+        });
+        return out;
+    }
+
     // Parameters of group g, ready for the kernels. At stage 3 this all-gathers them unless the
     // group's slot already holds them.
     Tensors params(int g) {

@@ -1,0 +1,187 @@
+// ZeRO stages 0-3 against single-rank training. Run under mpirun with any number of ranks N:
+// every rank trains a small model for 10 steps at each stage with N ranks and accumulation A,
+// and also, alone (MPI_COMM_SELF), the reference: stage 0 on one rank with accumulation N*A,
+// which sees the same sequences per step. Checked on every rank, failures summed over ranks:
+//   - losses and gradient norms: 1e-5 relative
+//   - after every step, this rank's shard equals its slice of the reference parameters
+//     (1e-5 absolute + 1e-5 relative), padding zero
+//   - final parameters: same tolerance
+//   - bytes held per category and bytes moved per collective: exactly the formulas below
+#include <mpi.h>
+
+#include "test_util.h"
+
+namespace {
+
+constexpr int kSteps = 10, kAccum = 2, kB = 2, kT = 8;
+const char* kModelDesc = "L=3,NH=2,C=16,V=75,maxT=16";  // sizes chosen so that N=3,4 need padding
+
+struct ReferenceRun {
+    std::vector<StepRecord> records;
+    std::vector<std::vector<float>> params;  // full parameters after each step
+};
+
+std::string g_data_dir;
+
+// a fixed random cycle through the vocabulary: each token predicts the next, so loss can fall
+std::vector<uint16_t> learnable_tokens(size_t n, int vocab) {
+    std::vector<uint16_t> cycle = random_tokens(vocab, vocab, 7), out(n);
+    for (size_t i = 0; i < n; i++) out[i] = cycle[i % vocab];
+    return out;
+}
+
+TrainConfig config(int stage, int accum, int world) {
+    TrainConfig cfg;
+    cfg.train_data = g_data_dir + "/train.bin";
+    cfg.init = kModelDesc;
+    cfg.output_dir = "";
+    cfg.B = kB;
+    cfg.T = kT;
+    cfg.total_batch = (long)kB * kT * accum * world;
+    cfg.max_steps = kSteps;
+    cfg.lr = 1e-2f;
+    cfg.weight_decay = 0.1f;
+    cfg.grad_clip = 1.0f;
+    // The key bias's true gradient is zero (softmax ignores a shift common to all keys), so it
+    // holds only rounding noise, which Adam would scale up to +-lr per step whatever its size.
+    // A larger eps keeps that noise from deciding the comparison.
+    cfg.eps = 1e-6f;
+    cfg.val_every = 0;
+    cfg.sample_every = 0;
+    cfg.zero_stage = stage;
+    cfg.quiet = 1;
+    return cfg;
+}
+
+const ReferenceRun& reference(int world) {
+    static ReferenceRun run;
+    if (run.records.empty()) {
+        MpiComm self(MPI_COMM_SELF);
+        run.records = train<CpuBackend>(config(0, kAccum * world, 1), self, [&](int, Zero<CpuBackend>& z) {
+            run.params.emplace_back(z.plan().total());
+            z.save(run.params.back().data());
+        });
+    }
+    return run;
+}
+
+int failures_everywhere(int local) {
+    int total = 0;
+    MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return total;
+}
+
+bool close(double a, double b, double rtol, double atol = 0.0) { return std::fabs(a - b) <= atol + rtol * std::fabs(b); }
+
+class ZeroStage : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroStage, MatchesSingleRankTraining) {
+    const int stage = GetParam();
+    MpiComm comm(MPI_COMM_WORLD);
+    const int N = comm.world(), r = comm.rank();
+    const ReferenceRun& ref = reference(N);
+    int bad_shards = 0, bad_counters = 0, bad_memory = 0;
+    std::vector<float> final_params;
+
+    auto hook = [&](int step, Zero<CpuBackend>& zero) {
+        const PartitionPlan& plan = zero.plan();
+        // independent of the plan: sizes from the model layout, chunk = ceil(n / N)
+        GPT2Config mc;
+        config_from_descriptor(kModelDesc, &mc);
+        ParamLayout layout(mc);
+        const auto groups = layout.groups(mc.num_layers);
+        auto shard_of = [&](size_t n) { return (uint64_t)((n + N - 1) / N); };
+        uint64_t S = 0, S_first = 0, S_last = 0, S_last_layers = 0;
+        for (size_t g = 0; g < groups.size(); g++)
+            for (const auto& t : groups[g]) {
+                S += shard_of(t.n);
+                if (g == 0) S_first += shard_of(t.n);
+                if (g == groups.size() - 1) S_last += shard_of(t.n);
+                if (g + 3 >= groups.size() && g > 0 && g + 1 < groups.size()) S_last_layers += shard_of(t.n);
+            }
+        const uint64_t P = layout.total, X = 4;
+
+        // shard == matching slice of the reference after this step
+        std::vector<float> shard = zero.shard_to_host();
+        const std::vector<float>& want = ref.params[step];
+        int owner = stage == 0 ? 0 : r, chunks = stage == 0 ? 1 : N;
+        size_t at = 0;
+        for (const auto& g : groups)
+            for (const auto& t : g) {
+                size_t chunk = (t.n + chunks - 1) / chunks;
+                for (size_t i = 0; i < chunk; i++, at++) {
+                    size_t j = owner * chunk + i;
+                    float expect = j < t.n ? want[t.offset + j] : 0.0f;
+                    bad_shards += !close(shard[at], expect, 1e-5, 1e-5);
+                }
+            }
+        bad_shards += at != shard.size();
+
+        // bytes moved this step (ZeRO paper's accounting, see zero/comm.h)
+        const CommCounters& c = comm.counters();
+        uint64_t ar = 0, rs = 0, ag = 0;
+        if (stage == 0 && N > 1) ar = 2 * P * X;
+        if (stage == 1) rs = N * S * X, ag = N * S * X;
+        if (stage == 2) rs = kAccum * N * S * X, ag = N * S * X;
+        // stage 3: each micro-step gathers every group for forward, and again for backward all
+        // but the ones still resident: first, last, and the last two layers (two layer slots)
+        if (stage == 3) rs = kAccum * N * S * X, ag = kAccum * N * (2 * S - S_first - S_last - S_last_layers) * X;
+        bad_counters += c.all_reduce != ar || c.reduce_scatter != rs || c.all_gather != ag || c.broadcast != 0;
+        comm.reset_counters();
+
+        // bytes held: fp32 CPU counterparts of 16 Psi, 4 Psi + 12 Psi/N, 2 Psi + 14 Psi/N, 16 Psi/N
+        const ZeroMemory& m = zero.memory();
+        const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
+        const uint64_t want_opt = stage == 0 ? 2 * P * X : 2 * S * X;
+        bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != want_opt;
+        bad_memory += plan.shard_size() != (stage == 0 ? P : S);
+
+        if (step == kSteps - 1) {
+            final_params.resize(P);
+            zero.save(final_params.data());
+            comm.reset_counters();
+        }
+    };
+    std::vector<StepRecord> records = train<CpuBackend>(config(stage, kAccum, N), comm, hook);
+
+    int bad_steps = 0;
+    for (int s = 0; s < kSteps; s++)
+        bad_steps += !close(records[s].loss, ref.records[s].loss, 1e-5) || !close(records[s].norm, ref.records[s].norm, 1e-5);
+    int bad_final = 0;
+    for (size_t i = 0; i < final_params.size(); i++) bad_final += !close(final_params[i], ref.params.back()[i], 1e-5, 1e-5);
+    EXPECT_EQ(failures_everywhere(bad_steps), 0) << "losses or norms differ from single-rank training";
+    EXPECT_EQ(failures_everywhere(bad_shards), 0) << "a shard differs from its slice of the single-rank model";
+    EXPECT_EQ(failures_everywhere(bad_final), 0) << "final parameters differ";
+    EXPECT_EQ(failures_everywhere(bad_counters), 0) << "communication counters differ from the formula";
+    EXPECT_EQ(failures_everywhere(bad_memory), 0) << "memory per category differs from the formula";
+    // training must have done something, or equality would prove little
+    EXPECT_LT(records.back().loss, records.front().loss - 0.05f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroStage, ::testing::Values(0, 1, 2, 3));
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0) delete ::testing::UnitTest::GetInstance()->listeners().Release(
+                       ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
+    // one data file for all ranks, written by rank 0 (tokens below the model's vocabulary)
+    char dir[256] = {0};
+    if (rank == 0) snprintf(dir, sizeof(dir), "%s", temp_dir().c_str());
+    MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+    g_data_dir = dir;
+    if (rank == 0) write_shard(g_data_dir + "/train.bin", learnable_tokens(20000, 75));
+    MPI_Barrier(MPI_COMM_WORLD);
+    int result = RUN_ALL_TESTS();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        remove((g_data_dir + "/train.bin").c_str());
+        rmdir(g_data_dir.c_str());
+    }
+    MPI_Finalize();
+    return result;
+}
