@@ -1,0 +1,196 @@
+// What every CUDA kernel header shares: error checks, the floatX type, 128-bit packed access,
+// warp/block reductions, stochastic rounding, and the one stream + cuBLASLt handle + scratch
+// buffer that all ops use. Everything lives in namespace gpu (namespace cuda belongs to CCCL).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#define CUDA_CHECK(call)                                                                  \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess) {                                                        \
+            fprintf(stderr, "CUDA error at %s:%d: %s (%s)\n", __FILE__, __LINE__,         \
+                    cudaGetErrorString(err_), #call);                                     \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                \
+    do {                                                                                  \
+        cublasStatus_t st_ = (call);                                                      \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                               \
+            fprintf(stderr, "cuBLAS error at %s:%d: status %d (%s)\n", __FILE__, __LINE__, \
+                    (int)st_, #call);                                                     \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+namespace gpu {
+
+#ifdef ENABLE_FP32
+typedef float floatX;
+constexpr cudaDataType_t kCudaFloatX = CUDA_R_32F;
+#else
+typedef __nv_bfloat16 floatX;
+constexpr cudaDataType_t kCudaFloatX = CUDA_R_16BF;
+#endif
+
+constexpr int kWarp = 32;
+
+inline int ceil_div(size_t a, size_t b) { return (int)((a + b - 1) / b); }
+inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// ----------------------------------------------------------------------------
+// 128-bit packed access: one LDG.128/STG.128 moves 8 bf16 or 4 fp32. Callers check alignment
+// (aligned16) and that the element count is a multiple of x128::size.
+
+template <class T>
+struct alignas(16) Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    T payload[size];
+    __device__ T& operator[](int i) { return payload[i]; }
+    __device__ const T& operator[](int i) const { return payload[i]; }
+};
+typedef Packed128<floatX> x128;
+typedef Packed128<float> f128;
+
+template <class T>
+__device__ inline Packed128<T> load128(const T* p) {
+    int4 bits = *reinterpret_cast<const int4*>(p);
+    Packed128<T> out;
+    memcpy(&out, &bits, 16);
+    return out;
+}
+template <class T>
+__device__ inline void store128(T* p, const Packed128<T>& v) {
+    int4 bits;
+    memcpy(&bits, &v, 16);
+    *reinterpret_cast<int4*>(p) = bits;
+}
+
+// ----------------------------------------------------------------------------
+// reductions. Shuffles always combine lanes in the same pattern, so they are deterministic.
+
+__device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// whole-block sum, result in every thread; blockDim.x a multiple of 32, at most 1024
+__device__ inline float block_sum(float v) {
+    __shared__ float partial[kWarp];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+    v = warp_sum(v);
+    __syncthreads();  // partial[] may still be read by a previous call
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? partial[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ inline float block_max(float v) {
+    __shared__ float partial[kWarp];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? partial[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// ----------------------------------------------------------------------------
+// Stochastic rounding to bf16: add 16 random bits below bf16's last mantissa bit, then truncate.
+// The value rounds up with probability equal to how far it is towards the next bf16, so
+// repeated tiny AdamW updates are not all lost. Random bits come from a hash of (seed, index):
+// the same seed reproduces the same rounding, with no RNG state to carry.
+
+__host__ __device__ inline uint32_t hash_u32(uint32_t x) {  // "lowbias32" integer mixer
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+__host__ __device__ inline uint32_t random_u32(uint32_t seed, uint64_t index) {
+    return hash_u32((uint32_t)index * 0x9E3779B9u + hash_u32(seed ^ (uint32_t)(index >> 32)));
+}
+
+__device__ inline void store_rounded(float* out, float x, uint32_t, uint64_t) { *out = x; }
+__device__ inline void store_rounded(__nv_bfloat16* out, float x, uint32_t seed, uint64_t index) {
+    if (!isfinite(x)) {
+        *out = __float2bfloat16_rn(x);
+        return;
+    }
+    uint32_t bits = __float_as_uint(x) + (random_u32(seed, index) & 0xffffu);
+    *out = __ushort_as_bfloat16((unsigned short)(bits >> 16));
+}
+
+// ----------------------------------------------------------------------------
+// the process-wide context: one stream for every kernel, copy and collective; the cuBLASLt
+// handle and workspace; a growable scratch buffer that one op at a time may use.
+
+struct Context {
+    bool ready = false;
+    int device = 0;
+    cudaStream_t stream = nullptr;
+    cublasLtHandle_t lt = nullptr;
+    void* lt_workspace = nullptr;
+    size_t lt_workspace_size = 32u << 20;
+    void* scratch = nullptr;
+    size_t scratch_size = 0;
+    int num_sms = 0;
+    size_t max_smem_optin = 0;
+};
+
+inline Context& context_raw() {
+    static Context c;
+    return c;
+}
+// device < 0: keep the current device
+inline void init_context(int device) {
+    Context& c = context_raw();
+    if (c.ready) return;
+    if (device >= 0) CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaGetDevice(&c.device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, c.device));
+    c.num_sms = prop.multiProcessorCount;
+    c.max_smem_optin = prop.sharedMemPerBlockOptin;
+    CUDA_CHECK(cudaStreamCreate(&c.stream));
+    CUBLAS_CHECK(cublasLtCreate(&c.lt));
+    CUDA_CHECK(cudaMalloc(&c.lt_workspace, c.lt_workspace_size));
+    c.ready = true;
+}
+inline Context& ctx() {
+    Context& c = context_raw();
+    if (!c.ready) init_context(-1);
+    return c;
+}
+inline cudaStream_t stream() { return ctx().stream; }
+
+// Scratch memory valid until the next call. Growing it waits for the stream, so a kernel still
+// reading the old buffer is never freed under it.
+inline void* scratch(size_t bytes) {
+    Context& c = ctx();
+    if (bytes > c.scratch_size) {
+        CUDA_CHECK(cudaStreamSynchronize(c.stream));
+        if (c.scratch) CUDA_CHECK(cudaFree(c.scratch));
+        c.scratch_size = bytes + (bytes >> 2);
+        CUDA_CHECK(cudaMalloc(&c.scratch, c.scratch_size));
+    }
+    return c.scratch;
+}
+
+inline void check_launch() { CUDA_CHECK(cudaGetLastError()); }
+
+}  // namespace gpu

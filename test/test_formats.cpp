@@ -1,0 +1,170 @@
+// File formats: llm.c checkpoints, token shards and the tokenizer, read and written; every bad
+// file gets one clear line and exit code 1.
+#include "test_util.h"
+
+namespace {
+
+using ::testing::ExitedWithCode;
+
+class Files : public ::testing::Test {
+protected:
+    void SetUp() override { dir_ = temp_dir(); }
+    void TearDown() override { [[maybe_unused]] int rc = system(("rm -rf " + dir_).c_str()); }
+    std::string path(const char* name) const { return dir_ + "/" + name; }
+    static void write_bytes(const std::string& p, const void* data, size_t n) {
+        FILE* f = open_file(p, "wb");
+        fwrite(data, 1, n, f);
+        fclose(f);
+    }
+    static std::vector<char> read_bytes(const std::string& p) {
+        FILE* f = open_file(p, "rb");
+        std::vector<char> b(file_size(f));
+        read_exact(b.data(), b.size(), f, p, "all");
+        fclose(f);
+        return b;
+    }
+    std::string dir_;
+};
+
+TEST_F(Files, CheckpointRoundTripIsExact) {
+    GPT2Config c;
+    config_from_descriptor("L=2,NH=2,C=8,V=50,maxT=12", &c);
+    std::vector<float> params = random_init(c, 3);
+    write_checkpoint(path("m.bin"), c, params);
+    GPT2Config back;
+    std::vector<float> loaded = load_checkpoint(path("m.bin"), &back);
+    EXPECT_EQ(0, memcmp(&c, &back, sizeof(c)));
+    EXPECT_EQ(params, loaded);
+    // the header is llm.c's: magic, version 3, maxT, V, L, NH, C, Vp
+    std::vector<char> raw = read_bytes(path("m.bin"));
+    const int32_t* h = (const int32_t*)raw.data();
+    EXPECT_EQ(std::vector<int32_t>(h, h + 8), (std::vector<int32_t>{20240326, 3, 12, 50, 2, 2, 8, 128}));
+    EXPECT_EQ(raw.size(), 1024 + params.size() * 4);
+    EXPECT_EQ(access((path("m.bin") + ".tmp").c_str(), F_OK), -1) << "temporary file left behind";
+}
+
+// The fixture was written by scripts/gpt2_reference.py, which writes llm.c's layout; a bf16
+// (version 5) copy of it must load as the rounded values.
+TEST_F(Files, LoadsBf16Checkpoint) {
+    GPT2Config c;
+    std::vector<float> params = load_checkpoint("test/fixtures/tiny_model.bin", &c);
+    std::vector<char> raw = read_bytes("test/fixtures/tiny_model.bin");
+    ((int32_t*)raw.data())[1] = 5;
+    std::vector<char> bf16(raw.begin(), raw.begin() + 1024);
+    for (size_t i = 0; i < params.size(); i++) {
+        uint32_t u;
+        memcpy(&u, &params[i], 4);
+        uint16_t top = (uint16_t)(u >> 16);  // truncation: the test only needs a known value
+        bf16.insert(bf16.end(), (char*)&top, (char*)&top + 2);
+    }
+    write_bytes(path("b.bin"), bf16.data(), bf16.size());
+    GPT2Config cb;
+    std::vector<float> loaded = load_checkpoint(path("b.bin"), &cb);
+    ASSERT_EQ(loaded.size(), params.size());
+    for (size_t i = 0; i < params.size(); i++) ASSERT_NEAR(loaded[i], params[i], std::fabs(params[i]) / 128 + 1e-30);
+}
+
+TEST_F(Files, BadCheckpointsFailWithOneLine) {
+    GPT2Config c;
+    config_from_descriptor("L=1,NH=1,C=4,V=10,maxT=4", &c);
+    write_checkpoint(path("good.bin"), c, random_init(c, 1));
+    std::vector<char> good = read_bytes(path("good.bin"));
+    EXPECT_EXIT(load_checkpoint(path("missing.bin"), &c), ExitedWithCode(1), "cannot open .*missing.bin");
+    write_bytes(path("short.bin"), good.data(), 100);
+    EXPECT_EXIT(load_checkpoint(path("short.bin"), &c), ExitedWithCode(1), "truncated while reading the checkpoint header");
+    write_bytes(path("cut.bin"), good.data(), good.size() - 4);
+    EXPECT_EXIT(load_checkpoint(path("cut.bin"), &c), ExitedWithCode(1), "expected [0-9]+ for this header");
+    std::vector<char> bad = good;
+    ((int32_t*)bad.data())[0] = 1234;
+    write_bytes(path("magic.bin"), bad.data(), bad.size());
+    EXPECT_EXIT(load_checkpoint(path("magic.bin"), &c), ExitedWithCode(1), "bad magic 1234 in checkpoint \\(expected 20240326\\)");
+    bad = good;
+    ((int32_t*)bad.data())[1] = 4;
+    write_bytes(path("version.bin"), bad.data(), bad.size());
+    EXPECT_EXIT(load_checkpoint(path("version.bin"), &c), ExitedWithCode(1), "unsupported checkpoint version 4");
+    bad = good;
+    ((int32_t*)bad.data())[5] = 3;  // NH=3 does not divide C=4
+    write_bytes(path("header.bin"), bad.data(), bad.size());
+    EXPECT_EXIT(load_checkpoint(path("header.bin"), &c), ExitedWithCode(1), "inconsistent checkpoint header");
+}
+
+TEST_F(Files, BadShardsFailWithOneLine) {
+    write_shard(path("good.bin"), random_tokens(100, 50, 1));
+    std::vector<char> good = read_bytes(path("good.bin"));
+    EXPECT_EQ(validate_shard(path("good.bin")), 100u);
+    write_bytes(path("cut.bin"), good.data(), good.size() - 2);
+    EXPECT_EXIT(validate_shard(path("cut.bin")), ExitedWithCode(1), "header announces 100 tokens");
+    write_bytes(path("short.bin"), good.data(), 10);
+    EXPECT_EXIT(validate_shard(path("short.bin")), ExitedWithCode(1), "truncated while reading the shard header");
+    std::vector<char> bad = good;
+    ((int32_t*)bad.data())[0] = 7;
+    write_bytes(path("magic.bin"), bad.data(), bad.size());
+    EXPECT_EXIT(validate_shard(path("magic.bin")), ExitedWithCode(1), "bad magic 7 in token shard \\(expected 20240520\\)");
+    bad = good;
+    ((int32_t*)bad.data())[1] = 2;
+    write_bytes(path("version.bin"), bad.data(), bad.size());
+    EXPECT_EXIT(validate_shard(path("version.bin")), ExitedWithCode(1), "unsupported token shard version 2 \\(expected 1\\)");
+    EXPECT_EXIT(DataLoader(path("nothing*.bin"), 2, 4, 0, 1), ExitedWithCode(1), "no token shard matches");
+    EXPECT_EXIT(DataLoader(path("good.bin"), 4, 16, 0, 2), ExitedWithCode(1), "too few for 2 rank\\(s\\) x B=4 x T=16");
+}
+
+// rank r of R reads window k*R + r at its k-th call: R ranks together read what one rank reads
+TEST_F(Files, RanksReadInterleavedWindows) {
+    std::vector<uint16_t> tokens(1000);
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = (uint16_t)i;
+    write_shard(path("a.bin"), tokens);
+    const int B = 2, T = 5, R = 3, W = B * T;
+    std::vector<int> x(W), y(W);
+    for (int r = 0; r < R; r++) {
+        DataLoader loader(path("a.bin"), B, T, r, R);
+        for (int k = 0; k < 4; k++) {
+            loader.next_batch(x.data(), y.data());
+            for (int i = 0; i < W; i++) {
+                ASSERT_EQ(x[i], (k * R + r) * W + i);
+                ASSERT_EQ(y[i], (k * R + r) * W + i + 1);
+            }
+        }
+    }
+    // after the last full window of the last shard it starts over
+    DataLoader one(path("a.bin"), B, T, 0, 1);
+    for (int k = 0; k < 999 / W; k++) one.next_batch(x.data(), y.data());
+    one.next_batch(x.data(), y.data());
+    EXPECT_EQ(x[0], 0);
+}
+
+TEST_F(Files, ShardsAreReadInSortedOrder) {
+    write_shard(path("s_001.bin"), std::vector<uint16_t>(50, 2));
+    write_shard(path("s_000.bin"), std::vector<uint16_t>(50, 1));
+    DataLoader loader(path("s_*.bin"), 2, 10, 0, 1);
+    std::vector<int> x(20), y(20);
+    loader.next_batch(x.data(), y.data());
+    EXPECT_EQ(x[0], 1);
+    loader.next_batch(x.data(), y.data());
+    EXPECT_EQ(x[0], 1);
+    loader.next_batch(x.data(), y.data());  // 10 tokens left in s_000, a window needs 21
+    EXPECT_EQ(x[0], 2);
+    EXPECT_EQ(loader.total_tokens(), 100u);
+}
+
+TEST_F(Files, Tokenizer) {
+    const char* real = "data/tinyshakespeare/gpt2_tokenizer.bin";
+    Tokenizer tok(real);
+    EXPECT_EQ(tok.vocab_size(), 50257);
+    EXPECT_EQ(tok.eot(), 50256);
+    // GPT-2's ids: "Hello" 15496, " world" 995, "\n" 198
+    EXPECT_EQ(tok.decode(15496), "Hello");
+    EXPECT_EQ(tok.decode(995), " world");
+    EXPECT_EQ(tok.decode(198), "\n");
+    std::vector<char> raw = read_bytes(real);
+    write_bytes(path("cut.bin"), raw.data(), raw.size() / 2);
+    EXPECT_EXIT(Tokenizer(path("cut.bin")), ExitedWithCode(1), "truncated while reading");
+    ((uint32_t*)raw.data())[0] = 1;
+    write_bytes(path("magic.bin"), raw.data(), raw.size());
+    EXPECT_EXIT(Tokenizer(path("magic.bin")), ExitedWithCode(1), "bad magic 1 in tokenizer \\(expected 20240328\\)");
+    ((uint32_t*)raw.data())[0] = 20240328;
+    ((uint32_t*)raw.data())[1] = 1;
+    write_bytes(path("version.bin"), raw.data(), raw.size());
+    EXPECT_EXIT(Tokenizer(path("version.bin")), ExitedWithCode(1), "unsupported tokenizer version 1 \\(expected 2\\)");
+}
+
+}  // namespace
