@@ -29,7 +29,7 @@ $(TINY_DATA):
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_model test/test_zero test/test_formats
+TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training
 GTEST_MAIN = -lgtest_main
 test/test_zero: GTEST_MAIN =
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h

@@ -193,4 +193,23 @@ inline void* scratch(size_t bytes) {
 
 inline void check_launch() { CUDA_CHECK(cudaGetLastError()); }
 
+// one launch shape for elementwise ops: enough blocks to fill the GPU, grid-stride beyond
+inline int elementwise_blocks(size_t work, int block) {
+    size_t want = (work + block - 1) / block, cap = (size_t)ctx().num_sms * 32;
+    return (int)(want < cap ? (want > 0 ? want : 1) : cap);
+}
+
+// dst[i] = src[i] between float and floatX (round to nearest)
+template <class Dst, class Src>
+__global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = (Dst)(float)src[i];
+}
+template <class Dst, class Src>
+inline void convert(Dst* dst, const Src* src, size_t n) {
+    if (n == 0) return;
+    convert_kernel<<<elementwise_blocks(n, 256), 256, 0, stream()>>>(dst, src, n);
+    check_launch();
+}
+
 }  // namespace gpu

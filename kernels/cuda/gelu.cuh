@@ -2,7 +2,6 @@
 // The backward runs in place on the gradient buffer, like the CPU reference.
 #pragma once
 #include "common.cuh"
-#include "residual.cuh"  // elementwise_blocks
 
 namespace gpu {
 

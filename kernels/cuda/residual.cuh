@@ -22,12 +22,6 @@ __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floa
     }
 }
 
-// one launch shape for every elementwise op: enough blocks to fill the GPU, grid-stride beyond
-inline int elementwise_blocks(size_t work, int block) {
-    size_t want = (work + block - 1) / block, cap = (size_t)ctx().num_sms * 32;
-    return (int)(want < cap ? (want > 0 ? want : 1) : cap);
-}
-
 inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
     if (n == 0) return;
     const int block = 256;

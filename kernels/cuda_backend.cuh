@@ -1,0 +1,152 @@
+// The CUDA backend: the same static members as CpuBackend (cpu_backend.h), so GPT2<Backend> and
+// zero/ run unchanged. floatX is bf16 (fp32 master weights in zero/) or, built with
+// -DENABLE_FP32, fp32. Every kernel, copy and cuBLASLt call goes to one stream (gpu::stream()),
+// so their order is program order; to_host waits for it, nothing else does.
+// Call CudaBackend::init(local_rank) before anything else.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+
+#include "cuda/adamw.cuh"
+#include "cuda/attention.cuh"
+#include "cuda/classifier.cuh"
+#include "cuda/common.cuh"
+#include "cuda/encoder.cuh"
+#include "cuda/gelu.cuh"
+#include "cuda/layernorm.cuh"
+#include "cuda/matmul.cuh"
+#include "cuda/norm.cuh"
+#include "cuda/residual.cuh"
+
+struct CudaBackend {
+    using floatX = gpu::floatX;
+    static constexpr const char* name = "cuda";
+#ifdef ENABLE_FP32
+    static constexpr bool has_master_weights = false;
+#else
+    static constexpr bool has_master_weights = true;  // bf16 params, fp32 master copy in zero/
+#endif
+
+    // a usable GPU is present; never aborts (no driver, no device: false)
+    static bool available() {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError();  // clear the sticky error for later calls
+            return false;
+        }
+        return n > 0;
+    }
+    // select device local_rank % count; create the stream, cuBLASLt handle and workspace
+    static void init(int local_rank) {
+        int n = 0;
+        CUDA_CHECK(cudaGetDeviceCount(&n));
+        gpu::init_context(local_rank % n);
+    }
+
+    // memory: alloc returns zeroed device memory
+    static void* alloc(size_t bytes) {
+        gpu::ctx();  // the device is chosen before the first allocation
+        void* p = nullptr;
+        CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+        CUDA_CHECK(cudaMemset(p, 0, bytes ? bytes : 1));
+        return p;
+    }
+    static void release(void* p) { CUDA_CHECK(cudaFree(p)); }
+    static void to_host(void* dst, const void* src, size_t bytes) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu::stream()));
+        CUDA_CHECK(cudaStreamSynchronize(gpu::stream()));
+    }
+    // pageable host memory is staged before the call returns, so the caller may reuse src at once
+    static void from_host(void* dst, const void* src, size_t bytes) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu::stream()));
+    }
+    static void copy(void* dst, const void* src, size_t bytes) {
+        if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu::stream()));
+    }
+    static void zero(void* dst, size_t bytes) {
+        if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, gpu::stream()));
+    }
+    // rows of `width` bytes from src (row pitch spitch) to dst (row pitch dpitch)
+    static void copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) {
+        if (width == 0 || rows == 0) return;
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, gpu::stream()));
+    }
+    static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
+    static void accumulate(floatX* dst, const floatX* src, size_t n) { gpu::accumulate(dst, src, n); }
+    // fp32 host <-> floatX device (round to nearest on the way in)
+    static void upload_fp32(floatX* dst, const float* host, size_t n) {
+#ifdef ENABLE_FP32
+        from_host(dst, host, n * sizeof(float));
+#else
+        if (n == 0) return;
+        float* tmp = (float*)gpu::scratch(n * sizeof(float));
+        from_host(tmp, host, n * sizeof(float));
+        gpu::convert(dst, tmp, n);
+#endif
+    }
+    static void download_fp32(float* host, const floatX* src, size_t n) {
+#ifdef ENABLE_FP32
+        to_host(host, src, n * sizeof(float));
+#else
+        if (n == 0) return;
+        float* tmp = (float*)gpu::scratch(n * sizeof(float));
+        gpu::convert(tmp, src, n);
+        to_host(host, tmp, n * sizeof(float));
+#endif
+    }
+
+    // ops: the headers in kernels/cuda/ say how; kernels/cpu/ says what
+    static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T,
+                                int C) {
+        gpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+    }
+    static void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens, int B, int T,
+                                 int C) {
+        gpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    }
+    static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
+                                  const floatX* b, int N, int C) {
+        gpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    }
+    static void residual_layernorm_forward(floatX* residual_out, floatX* out, float* mean, float* rstd,
+                                           const floatX* a, const floatX* b, const floatX* w, const floatX* bias,
+                                           int N, int C) {
+        gpu::residual_layernorm_forward(residual_out, out, mean, rstd, a, b, w, bias, N, C);
+    }
+    static void layernorm_backward(floatX* dinp, floatX* dw, floatX* db, const floatX* dout, const floatX* inp,
+                                   const floatX* w, const float* mean, const float* rstd, int N, int C) {
+        gpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    }
+    static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
+        gpu::residual_forward(out, a, b, n);
+    }
+    static void matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C,
+                               int OC) {
+        gpu::matmul_forward(out, inp, w, bias, N, C, OC);
+    }
+    static void matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
+                                const floatX* w, int N, int C, int OC) {
+        gpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    }
+    static size_t attention_saved_floats(int B, int T, int NH) { return gpu::attention_saved_floats(B, T, NH); }
+    static void attention_forward(floatX* out, float* saved, const floatX* qkv, int B, int T, int C, int NH) {
+        gpu::attention_forward(out, saved, qkv, B, T, C, NH);
+    }
+    static void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                   const float* saved, int B, int T, int C, int NH) {
+        gpu::attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+    }
+    static void gelu_forward(floatX* out, const floatX* inp, size_t n) { gpu::gelu_forward(out, inp, n); }
+    static void gelu_backward(floatX* dinout, const floatX* inp, size_t n) { gpu::gelu_backward(dinout, inp, n); }
+    static void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V,
+                                 int Vp) {
+        gpu::fused_classifier(logits, losses, targets, dloss, N, V, Vp);
+    }
+    static void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t,
+                             uint32_t seed) {
+        gpu::adamw_update(param, master, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t, seed);
+    }
+    // *acc += sum of squares of x (acc is device memory)
+    static void sum_squares_add(float* acc, const floatX* x, size_t n) { gpu::sum_squares_add(acc, x, n); }
+};

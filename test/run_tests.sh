@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs every test and ends with one line: "N passed, N failed".
+# GoogleTest binaries count their own tests; every other check counts as one.
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+passed=0
+failed=0
+log=$(mktemp)
+
+# gtest_counts LOG: adds the passed/failed counts GoogleTest printed to the totals
+gtest_counts() {
+    local p f
+    p=$(grep -a -oE '\[  PASSED  \] [0-9]+' "$1" | grep -oE '[0-9]+$' | tail -1)
+    f=$(grep -a -oE '\[  FAILED  \] [0-9]+ tests?,' "$1" | grep -oE '[0-9]+' | tail -1)
+    if [ -z "$p" ] && [ -z "$f" ]; then f=1; fi  # crashed before reporting
+    passed=$((passed + ${p:-0}))
+    failed=$((failed + ${f:-0}))
+}
+
+run_gtest() {  # NAME COMMAND...
+    local name=$1; shift
+    echo "== $name"
+    if ! timeout 900 "$@" >"$log" 2>&1; then grep -a -E 'Failure|FAILED|error' "$log" | head -40; fi
+    gtest_counts "$log"
+    grep -a -E '^\[  (PASSED|FAILED)  \]|skipped' "$log" | head -5
+}
+
+run_check() {  # NAME COMMAND...
+    local name=$1; shift
+    echo "== $name"
+    if timeout 900 "$@" >"$log" 2>&1; then
+        passed=$((passed + 1)); echo "ok"
+    else
+        failed=$((failed + 1)); tail -30 "$log"; echo "FAILED: $name"
+    fi
+}
+
+run_gtest "model vs PyTorch" env OMP_NUM_THREADS=2 test/test_model
+run_gtest "file formats" env OMP_NUM_THREADS=2 test/test_formats
+run_gtest "flags, schedules, determinism, training" env OMP_NUM_THREADS=2 test/test_training
+for n in 1 2 3 4; do
+    run_gtest "ZeRO stages 0-3 on $n rank(s)" env OMP_NUM_THREADS=1 mpirun -np "$n" --oversubscribe -x OMP_NUM_THREADS test/test_zero
+done
+run_check "rank failures end the job" bash test/test_failures.sh
+run_check "command line: main job runs with the defaults" bash test/test_cli.sh
+if [ -x test/test_kernels_cuda ]; then run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda; fi
+
+echo "== data scripts"
+if python3 test/test_data_scripts.py >"$log" 2>&1; then ok=1; else ok=0; fi
+n=$(grep -a -oE '^Ran [0-9]+ test' "$log" | grep -oE '[0-9]+')
+bad=$(grep -a -oE 'FAILED \((failures|errors)=[0-9]+(, (failures|errors)=[0-9]+)?' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc)
+n=${n:-1}; bad=${bad:-$((1 - ok))}
+passed=$((passed + n - bad)); failed=$((failed + bad))
+tail -3 "$log"
+
+run_check "PyTorch fixtures regenerate to the committed ones" bash -c '
+    set -e; d=$(mktemp -d); bash scripts/make_fixtures.sh "$d" >/dev/null
+    cmp test/fixtures/tiny_model.bin "$d/tiny_model.bin"
+    /usr/bin/python3 scripts/compare_fixtures.py test/fixtures/tiny_debug_state.bin "$d/tiny_debug_state.bin"; rm -rf "$d"'
+
+rm -f "$log"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

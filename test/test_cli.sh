@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The binary as a user runs it: `mpirun -np 1 ./train_gpt` with the defaults (two steps only),
+# --help, and flag errors.
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
+out=$(mktemp)
+dir=$(mktemp -d)
+fail() { echo "FAIL: $*"; cat "$out"; rm -rf "$out" "$dir"; exit 1; }
+
+timeout 600 mpirun -np 1 ./train_gpt -x 2 -o "$dir" >"$out" 2>&1 || fail "default run exited $?"
+grep -q "backend cpu, 1 rank(s), ZeRO stage 0 | B=4 T=64" "$out" || fail "defaults are not d12, B=4, T=64 on cpu"
+grep -qE "^step    1/2 \| loss 1[01]\.[0-9]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s$" "$out" || fail "no step line"
+grep -q "^val loss " "$out" || fail "no validation loss"
+grep -q "^generating:" "$out" || fail "no text sample"
+grep -q "rank 0 memory MiB: parameters 474.84" "$out" || fail "no memory report for d12"
+[ "$(grep -c trl: "$dir/main.log")" -eq 2 ] || fail "log file lacks the step lines"
+[ -f "$dir/model_00000002.bin" ] || fail "no final checkpoint"
+
+./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
+grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
+./train_gpt -b 0 >"$out" 2>&1; [ $? -eq 2 ] || fail "-b 0 did not exit 2"
+[ "$(wc -l <"$out")" -eq 1 ] || fail "-b 0 printed more than one line"
+./train_gpt --device cuda -x 1 >"$out" 2>&1; [ $? -eq 2 ] || fail "--device cuda without CUDA did not exit 2"
+./train_gpt -e /nonexistent.bin -x 1 >"$out" 2>&1; [ $? -eq 1 ] || fail "missing checkpoint did not exit 1"
+grep -q "error: cannot open /nonexistent.bin" "$out" || fail "missing checkpoint message"
+rm -rf "$out" "$dir"
+echo "ok"

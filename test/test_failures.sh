@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A rank that disagrees, errors or dies must end the whole job with a clear message, in bounded
+# time, never a hang.
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+ARGS=(-e L=1,NH=2,C=32 -b 2 -t 16 -v 0 -s 0 -o "" -x 3)
+out=$(mktemp)
+fail() { echo "FAIL: $*"; cat "$out"; rm -f "$out"; exit 1; }
+
+# 1. ranks given different flags: every rank says so and the job exits non-zero
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -b 2 : -np 1 ./train_gpt "${ARGS[@]}" -b 4 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "config mismatch: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the mismatch"
+grep -q "rank 0: another rank's flags, model or data differ" "$out" || fail "rank 0 did not report the mismatch"
+
+# 2. one rank fails to start (its data is missing): the others do not wait for it
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" : -np 1 ./train_gpt "${ARGS[@]}" -i /nonexistent/shard_*.bin >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "missing data on rank 1: exit code $rc (124 means it hung)"
+grep -q "error: no token shard matches /nonexistent/shard_\*.bin" "$out" || fail "no clear message for the missing data"
+
+# 3. one rank is killed mid-run: the job ends within 30 s
+timeout 120 mpirun -np 2 ./train_gpt -e L=1,NH=2,C=32 -b 2 -t 16 -v 0 -s 0 -o "" -x 100000 >"$out" 2>&1 &
+job=$!
+for _ in $(seq 100); do grep -q "step    2/" "$out" && break; sleep 0.3; done
+grep -q "step    2/" "$out" || fail "the 2-rank job did not start training"
+victim=$(pgrep -f "^./train_gpt -e L=1,NH=2,C=32" | tail -1)  # a rank, not mpirun
+kill -9 "$victim"
+start=$SECONDS
+wait $job
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "killed rank: exit code $rc (124 means it hung)"
+[ $((SECONDS - start)) -le 30 ] || fail "killed rank: the job took $((SECONDS - start)) s to end"
+rm -f "$out"
+echo "ok: mismatch, missing data and a killed rank all end the job"
