@@ -1,0 +1,47 @@
+# CUDA build fragment: `include kernels/cuda.mk` from the Makefile, or run it on its own:
+#   make -f kernels/cuda.mk test/test_kernels_cuda [PRECISION=FP32] [NO_MPI=1] [GPU_ARCHS="80 90"]
+#   make -f kernels/cuda.mk train_gpt_cuda
+# GPU_ARCHS defaults to sm_80 and sm_90 plus whatever nvidia-smi reports here; each extra arch
+# adds roughly the device-compile time of one again.
+NVCC ?= nvcc
+MPICXX ?= mpicxx
+PRECISION ?= BF16
+NVIDIA_SMI_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
+GPU_ARCHS ?= $(sort 80 90 $(NVIDIA_SMI_ARCH))
+NVCC_ARCH_FLAGS = $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+
+ifeq ($(PRECISION),FP32)
+  NVCC_PRECISION = -DENABLE_FP32
+else ifeq ($(PRECISION),BF16)
+  NVCC_PRECISION =
+else
+  $(error PRECISION must be BF16 or FP32, not $(PRECISION))
+endif
+
+ifeq ($(NO_MPI),1)
+  NVCC_MPI_CFLAGS = -DNO_MPI
+  NVCC_MPI_LIBS =
+else
+  NVCC_MPI_CFLAGS = -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile)
+  NVCC_MPI_LIBS = $(shell $(MPICXX) --showme:link) -lnccl
+endif
+
+# host warnings as the CPU build has them; nvcc's own warnings are errors
+NVCC_HOST_FLAGS = -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp
+NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_HOST_FLAGS) -Werror all-warnings
+NVCC_LIBS = -lcublasLt -lcublas -lopenblas
+# everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
+NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
+NVCC_TRAIN_LIBS = $(NVCC_LIBS) $(NVCC_MPI_LIBS)
+
+CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h)
+
+test/test_kernels_cuda: test/test_kernels_cuda.cu train_gpt.cu $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) -lgtest -lpthread
+
+train_gpt_cuda: train_gpt.cu $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)
+
+.PHONY: cuda-clean
+cuda-clean:
+	rm -f test/test_kernels_cuda train_gpt_cuda

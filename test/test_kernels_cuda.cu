@@ -1,0 +1,542 @@
+// CudaBackend against CpuBackend, op by op, on random inputs whose sizes are not multiples of the
+// kernels' tiles or of 128, forward and backward; plus determinism of the ops that promise it
+// and a few training steps of a small GPT-2 on both backends. Without a GPU it prints
+// "skipped: no GPU", skips every test and exits 0.
+//
+// Inputs are rounded to floatX first, so both backends see the same numbers; the differences
+// left come from summation order and, in the bf16 build, from rounding outputs and
+// intermediates to bf16. A result passes when |got - want| <= atol * rms(want) + rtol * |want|
+// element by element (atol scales with the tensor's size, so one small element next to large
+// ones is judged by the tensor's magnitude, as its error is).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#define TESTING
+#include "train_gpt.cu"
+#include "zero/comm_single.h"
+
+using G = CudaBackend;
+using X = G::floatX;
+
+namespace {
+
+bool g_gpu = false;
+
+struct Tol {
+    float atol;  // times rms(want)
+    float rtol;
+};
+#ifdef ENABLE_FP32
+// fp32 everywhere: only summation order and expf/tanhf ulps differ
+constexpr Tol kExact = {1e-5f, 1e-5f};     // elementwise ops
+constexpr Tol kReduce = {1e-4f, 1e-4f};    // sums over rows, columns, GEMMs
+constexpr Tol kAttention = {1e-4f, 1e-4f};
+constexpr Tol kModel = {1e-3f, 1e-3f};     // losses after several steps
+#else
+// bf16: every stored value carries a relative error up to 2^-9 (2^-8 for stochastic rounding);
+// attention also rounds P and dS to bf16 before its tensor-core products
+constexpr Tol kExact = {1e-3f, 1e-2f};
+constexpr Tol kReduce = {1e-2f, 2e-2f};
+constexpr Tol kAttention = {5e-2f, 3e-2f};
+constexpr Tol kModel = {3e-2f, 3e-2f};
+#endif
+
+class Cuda : public testing::Test {
+protected:
+    void SetUp() override {
+        if (!g_gpu) GTEST_SKIP() << "no GPU";
+    }
+};
+
+// ----------------------------------------------------------------------------
+// host <-> device helpers
+
+float round_x(float f) { return (float)(X)f; }
+
+std::vector<float> random_vec(size_t n, float lo, float hi, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = round_x(dist(rng));
+    return v;
+}
+std::vector<int> random_ints(size_t n, int hi, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int> v(n);
+    for (int& x : v) x = (int)(rng() % (uint32_t)hi);
+    return v;
+}
+
+// owning device buffer
+template <class T>
+struct Dev {
+    T* p = nullptr;
+    size_t n = 0;
+    explicit Dev(size_t count) : p((T*)G::alloc(count * sizeof(T))), n(count) {}
+    Dev(Dev&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+    Dev(const Dev&) = delete;
+    ~Dev() {
+        if (p) G::release(p);
+    }
+};
+Dev<X> up(const std::vector<float>& h) {
+    Dev<X> d(h.size());
+    G::upload_fp32(d.p, h.data(), h.size());
+    return d;
+}
+template <class T>
+Dev<T> up_raw(const std::vector<T>& h) {
+    Dev<T> d(h.size());
+    G::from_host(d.p, h.data(), h.size() * sizeof(T));
+    return d;
+}
+std::vector<float> down(const Dev<X>& d) {
+    std::vector<float> h(d.n);
+    G::download_fp32(h.data(), d.p, d.n);
+    return h;
+}
+std::vector<float> down(const Dev<float>& d) {
+    std::vector<float> h(d.n);
+    G::to_host(h.data(), d.p, d.n * sizeof(float));
+    return h;
+}
+std::vector<unsigned char> bytes(const Dev<X>& d) {
+    std::vector<unsigned char> h(d.n * sizeof(X));
+    G::to_host(h.data(), d.p, h.size());
+    return h;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tol tol, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double ss = 0.0;
+    for (float w : want) ss += (double)w * w;
+    const float rms = want.empty() ? 0.0f : (float)std::sqrt(ss / want.size());
+    size_t bad = 0, first = 0;
+    float worst = 0.0f;
+    for (size_t i = 0; i < got.size(); i++) {
+        float err = std::fabs(got[i] - want[i]), lim = tol.atol * rms + tol.rtol * std::fabs(want[i]);
+        if (!(err <= lim)) {  // also catches NaN
+            if (bad++ == 0) first = i;
+            worst = std::max(worst, err);
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements differ (rms " << rms
+                       << ", worst error " << worst << "); first at " << first << ": got " << got[first]
+                       << ", want " << want[first];
+}
+
+// ----------------------------------------------------------------------------
+// memory primitives
+
+TEST_F(Cuda, MemoryPrimitives) {
+    std::vector<float> h = random_vec(1000, -1, 1, 1);
+    Dev<float> a = up_raw(h), b(1000);
+    EXPECT_EQ(down(b), std::vector<float>(1000, 0.0f)) << "alloc must return zeroed memory";
+    G::copy(b.p, a.p, 1000 * sizeof(float));
+    EXPECT_EQ(down(b), h);
+    G::zero(b.p + 10, 20 * sizeof(float));
+    std::vector<float> z = h;
+    std::fill(z.begin() + 10, z.begin() + 30, 0.0f);
+    EXPECT_EQ(down(b), z);
+    // 7 rows of 5 floats, source pitch 13 floats, destination pitch 9
+    Dev<float> c(100);
+    G::copy2d(c.p, 9 * sizeof(float), a.p, 13 * sizeof(float), 5 * sizeof(float), 7);
+    std::vector<float> want(100, 0.0f), got = down(c);
+    for (int r = 0; r < 7; r++)
+        for (int k = 0; k < 5; k++) want[r * 9 + k] = h[r * 13 + k];
+    EXPECT_EQ(got, want);
+    // fp32 round trip through floatX is exact for floatX-representable values
+    Dev<X> x = up(h);
+    EXPECT_EQ(down(x), h);
+}
+
+// ----------------------------------------------------------------------------
+// encoder
+
+void check_encoder(int B, int T, int C, int V) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " V=" << V);
+    std::vector<float> wte = random_vec((size_t)V * C, -1, 1, 2), wpe = random_vec((size_t)T * C, -1, 1, 3);
+    std::vector<int> tok = random_ints((size_t)B * T, V, 4);  // V small: many repeated tokens
+    Dev<X> d_wte = up(wte), d_wpe = up(wpe), d_out((size_t)B * T * C);
+    Dev<int> d_tok = up_raw(tok);
+    G::encoder_forward(d_out.p, d_tok.p, d_wte.p, d_wpe.p, B, T, C);
+    std::vector<float> out((size_t)B * T * C);
+    CpuBackend::encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    expect_close(down(d_out), out, kExact, "encoder_forward");
+
+    std::vector<float> dout = random_vec((size_t)B * T * C, -1, 1, 5);
+    std::vector<float> dwte = random_vec((size_t)V * C, -1, 1, 6), dwpe = random_vec((size_t)T * C, -1, 1, 7);
+    Dev<X> d_dout = up(dout), d_dwte = up(dwte), d_dwpe = up(dwpe);
+    G::encoder_backward(d_dwte.p, d_dwpe.p, d_dout.p, d_tok.p, B, T, C);
+    std::vector<unsigned char> first_wte = bytes(d_dwte), first_wpe = bytes(d_dwpe);
+    CpuBackend::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+    expect_close(down(d_dwte), dwte, kReduce, "encoder_backward dwte");
+    expect_close(down(d_dwpe), dwpe, kReduce, "encoder_backward dwpe");
+
+    // determinism: the same inputs give the same bits
+    Dev<X> d_dwte2 = up(random_vec((size_t)V * C, -1, 1, 6)), d_dwpe2 = up(random_vec((size_t)T * C, -1, 1, 7));
+    G::encoder_backward(d_dwte2.p, d_dwpe2.p, d_dout.p, d_tok.p, B, T, C);
+    EXPECT_TRUE(bytes(d_dwte2) == first_wte) << "encoder_backward dwte is not deterministic";
+    EXPECT_TRUE(bytes(d_dwpe2) == first_wpe) << "encoder_backward dwpe is not deterministic";
+}
+
+TEST_F(Cuda, Encoder) {
+    check_encoder(2, 67, 96, 11);
+    check_encoder(3, 128, 768, 101);
+    check_encoder(2, 33, 20, 7);  // C not a multiple of 8: scalar path
+}
+
+// ----------------------------------------------------------------------------
+// layernorm
+
+void check_layernorm(int N, int C) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
+    const size_t NC = (size_t)N * C;
+    std::vector<float> a = random_vec(NC, -2, 2, 10), b = random_vec(NC, -1, 1, 11);
+    std::vector<float> w = random_vec(C, 0.5f, 1.5f, 12), bias = random_vec(C, -0.5f, 0.5f, 13);
+    Dev<X> d_a = up(a), d_b = up(b), d_w = up(w), d_bias = up(bias), d_out(NC), d_res(NC);
+    Dev<float> d_mean(N), d_rstd(N);
+
+    std::vector<float> out(NC), mean(N), rstd(N);
+    G::layernorm_forward(d_out.p, d_mean.p, d_rstd.p, d_a.p, d_w.p, d_bias.p, N, C);
+    CpuBackend::layernorm_forward(out.data(), mean.data(), rstd.data(), a.data(), w.data(), bias.data(), N, C);
+    expect_close(down(d_out), out, kExact, "layernorm_forward out");
+    expect_close(down(d_mean), mean, {1e-5f, 1e-4f}, "layernorm_forward mean");
+    expect_close(down(d_rstd), rstd, {1e-5f, 1e-4f}, "layernorm_forward rstd");
+
+    // fused: the CPU reference normalises the rounded residual, as the kernel must
+    std::vector<float> res(NC);
+    G::residual_layernorm_forward(d_res.p, d_out.p, d_mean.p, d_rstd.p, d_a.p, d_b.p, d_w.p, d_bias.p, N, C);
+    for (size_t i = 0; i < NC; i++) res[i] = round_x(a[i] + b[i]);
+    CpuBackend::layernorm_forward(out.data(), mean.data(), rstd.data(), res.data(), w.data(), bias.data(), N, C);
+    expect_close(down(d_res), res, kExact, "residual_layernorm_forward residual");
+    expect_close(down(d_out), out, kExact, "residual_layernorm_forward out");
+    expect_close(down(d_mean), mean, {1e-5f, 1e-4f}, "residual_layernorm_forward mean");
+    expect_close(down(d_rstd), rstd, {1e-5f, 1e-4f}, "residual_layernorm_forward rstd");
+
+    // backward from the GPU's own saved statistics (fp32, identical on both sides)
+    mean = down(d_mean);
+    rstd = down(d_rstd);
+    std::vector<float> dout = random_vec(NC, -1, 1, 14), dinp = random_vec(NC, -1, 1, 15);
+    std::vector<float> dw = random_vec(C, -1, 1, 16), db = random_vec(C, -1, 1, 17);
+    Dev<X> d_dout = up(dout), d_dinp = up(dinp), d_dw = up(dw), d_db = up(db);
+    G::layernorm_backward(d_dinp.p, d_dw.p, d_db.p, d_dout.p, d_res.p, d_w.p, d_mean.p, d_rstd.p, N, C);
+    CpuBackend::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), res.data(), w.data(), mean.data(),
+                                   rstd.data(), N, C);
+    expect_close(down(d_dinp), dinp, kReduce, "layernorm_backward dinp");
+    expect_close(down(d_dw), dw, kReduce, "layernorm_backward dweight");
+    expect_close(down(d_db), db, kReduce, "layernorm_backward dbias");
+}
+
+TEST_F(Cuda, LayerNorm) {
+    check_layernorm(134, 96);
+    check_layernorm(384, 768);
+    check_layernorm(67, 100);  // C not a multiple of 8: scalar path
+}
+
+// ----------------------------------------------------------------------------
+// matmul
+
+void check_matmul(int N, int C, int OC, bool with_bias) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias);
+    std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 20), w = random_vec((size_t)OC * C, -0.1f, 0.1f, 21);
+    std::vector<float> bias = random_vec(OC, -0.5f, 0.5f, 22);
+    Dev<X> d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_out((size_t)N * OC);
+    const X* bias_p = with_bias ? d_bias.p : nullptr;
+    G::matmul_forward(d_out.p, d_inp.p, d_w.p, bias_p, N, C, OC);
+    std::vector<float> out((size_t)N * OC);
+    CpuBackend::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+    expect_close(down(d_out), out, kReduce, "matmul_forward");
+
+    std::vector<float> dout = random_vec((size_t)N * OC, -1, 1, 23);
+    std::vector<float> dinp = random_vec((size_t)N * C, -9, 9, 24);  // overwritten: garbage in
+    std::vector<float> dw = random_vec((size_t)OC * C, -1, 1, 25), db = random_vec(OC, -1, 1, 26);
+    Dev<X> d_dout = up(dout), d_dinp = up(dinp), d_dw = up(dw), d_db = up(db);
+    G::matmul_backward(d_dinp.p, d_dw.p, with_bias ? d_db.p : nullptr, d_dout.p, d_inp.p, d_w.p, N, C, OC);
+    CpuBackend::matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(),
+                                w.data(), N, C, OC);
+    expect_close(down(d_dinp), dinp, kReduce, "matmul_backward dinp");
+    expect_close(down(d_dw), dw, kReduce, "matmul_backward dweight");
+    expect_close(down(d_db), db, kReduce, "matmul_backward dbias");
+}
+
+TEST_F(Cuda, Matmul) {
+    check_matmul(134, 96, 288, true);
+    check_matmul(134, 96, 128, false);   // the classifier: padded vocabulary, no bias
+    check_matmul(384, 768, 2304, true);
+    check_matmul(384, 3072, 768, true);
+    check_matmul(67, 40, 24, true);
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+void check_attention(int B, int T, int C, int NH) {
+    SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " hs=" << C / NH);
+    const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
+    std::vector<float> qkv = random_vec(n3, -1, 1, 30), dout = random_vec(n, -1, 1, 31);
+    Dev<X> d_qkv = up(qkv), d_out(n), d_dout = up(dout), d_dqkv = up(random_vec(n3, -9, 9, 32));
+    Dev<float> d_saved(G::attention_saved_floats(B, T, NH));
+    EXPECT_EQ(G::attention_saved_floats(B, T, NH), (size_t)B * NH * T);
+    G::attention_forward(d_out.p, d_saved.p, d_qkv.p, B, T, C, NH);
+    std::vector<float> out(n), att(CpuBackend::attention_saved_floats(B, T, NH)), dqkv(n3);
+    CpuBackend::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    expect_close(down(d_out), out, kAttention, "attention_forward");
+
+    // saved holds log-sum-exp per (b, h, t): check it against the probabilities' normaliser
+    std::vector<float> lse = down(d_saved);
+    const int hs = C / NH;
+    double worst = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                // p[0] = exp(s0 - lse) with s0 = q_t . k_0 / sqrt(hs)
+                const float* q = qkv.data() + ((size_t)b * T + t) * 3 * C + h * hs;
+                const float* k = qkv.data() + (size_t)b * T * 3 * C + C + h * hs;
+                double s0 = 0.0;
+                for (int i = 0; i < hs; i++) s0 += (double)q[i] * k[i];
+                s0 /= std::sqrt((double)hs);
+                double p0 = std::exp(s0 - lse[((size_t)b * NH + h) * T + t]);
+                double want = att[(((size_t)b * NH + h) * T + t) * T];
+                worst = std::max(worst, std::fabs(p0 - want));
+            }
+    EXPECT_LT(worst, 1e-3) << "attention_forward: saved log-sum-exp does not reproduce the probabilities";
+
+    // backward from the GPU's forward output (what the kernel is given in training)
+    G::attention_backward(d_dqkv.p, d_dout.p, d_qkv.p, d_out.p, d_saved.p, B, T, C, NH);
+    std::vector<unsigned char> first = bytes(d_dqkv);
+    CpuBackend::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
+    std::vector<float> got = down(d_dqkv);
+    // compare q, k and v parts separately: their magnitudes differ
+    const char* names[3] = {"attention_backward dq", "attention_backward dk", "attention_backward dv"};
+    for (int part = 0; part < 3; part++) {
+        std::vector<float> g, w;
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int c = 0; c < C; c++) {
+                g.push_back(got[bt * 3 * C + part * C + c]);
+                w.push_back(dqkv[bt * 3 * C + part * C + c]);
+            }
+        expect_close(g, w, kAttention, names[part]);
+    }
+
+    // determinism: a second run (over different garbage) gives the same bits
+    Dev<X> d_dqkv2 = up(random_vec(n3, -5, 5, 33));
+    G::attention_backward(d_dqkv2.p, d_dout.p, d_qkv.p, d_out.p, d_saved.p, B, T, C, NH);
+    EXPECT_TRUE(bytes(d_dqkv2) == first) << "attention_backward is not deterministic";
+}
+
+TEST_F(Cuda, Attention) {
+    check_attention(2, 67, 96, 3);     // hs 32, T not a multiple of the tile
+    check_attention(3, 128, 768, 12);  // GPT-2 small's heads
+    check_attention(1, 50, 48, 2);     // hs 24: padded to 32 inside the kernel
+    check_attention(2, 67, 40, 2);     // hs 20: not a multiple of 8, scalar loads in bf16
+    check_attention(1, 200, 256, 2);   // hs 128, several tiles
+    check_attention(2, 1, 64, 4);      // T = 1
+}
+
+// ----------------------------------------------------------------------------
+// gelu, residual
+
+void check_elementwise(size_t n) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    std::vector<float> x = random_vec(n, -4, 4, 40), y = random_vec(n, -1, 1, 41);
+    Dev<X> d_x = up(x), d_y = up(y), d_out(n);
+    std::vector<float> out(n);
+
+    G::gelu_forward(d_out.p, d_x.p, n);
+    CpuBackend::gelu_forward(out.data(), x.data(), n);
+    expect_close(down(d_out), out, kExact, "gelu_forward");
+
+    std::vector<float> d = y;
+    Dev<X> d_d = up(d);
+    G::gelu_backward(d_d.p, d_x.p, n);
+    CpuBackend::gelu_backward(d.data(), x.data(), n);
+    expect_close(down(d_d), d, kExact, "gelu_backward");
+
+    G::residual_forward(d_out.p, d_x.p, d_y.p, n);
+    CpuBackend::residual_forward(out.data(), x.data(), y.data(), n);
+    expect_close(down(d_out), out, kExact, "residual_forward");
+
+    G::accumulate(d_x.p, d_y.p, n);  // x += y
+    CpuBackend::accumulate(x.data(), y.data(), n);
+    expect_close(down(d_x), x, kExact, "accumulate");
+}
+
+TEST_F(Cuda, Elementwise) {
+    check_elementwise(1001);  // odd: scalar path
+    check_elementwise(4096);  // 128-bit path
+    check_elementwise(1);
+}
+
+// ----------------------------------------------------------------------------
+// classifier
+
+void check_classifier(int N, int V, int Vp) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " Vp=" << Vp);
+    std::vector<float> logits = random_vec((size_t)N * Vp, -4, 4, 50);
+    std::vector<int> targets = random_ints(N, V, 51);
+    Dev<X> d_logits = up(logits);
+    Dev<int> d_targets = up_raw(targets);
+    Dev<float> d_losses(N);
+    std::vector<float> losses(N), want = logits;
+
+    // inference: losses only, logits untouched
+    G::fused_classifier(d_logits.p, d_losses.p, d_targets.p, 0.0f, N, V, Vp);
+    CpuBackend::fused_classifier(want.data(), losses.data(), targets.data(), 0.0f, N, V, Vp);
+    expect_close(down(d_losses), losses, {1e-5f, 1e-5f}, "fused_classifier losses (dloss 0)");
+    EXPECT_EQ(down(d_logits), logits) << "fused_classifier with dloss 0 must keep the logits";
+
+    const float dloss = 1.0f / N;
+    G::fused_classifier(d_logits.p, d_losses.p, d_targets.p, dloss, N, V, Vp);
+    CpuBackend::fused_classifier(want.data(), losses.data(), targets.data(), dloss, N, V, Vp);
+    expect_close(down(d_losses), losses, {1e-5f, 1e-5f}, "fused_classifier losses");
+    std::vector<float> got = down(d_logits);
+    expect_close(got, want, kExact, "fused_classifier dlogits");
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) ASSERT_EQ(got[(size_t)i * Vp + j], 0.0f) << "padding column " << j << " not zeroed";
+}
+
+TEST_F(Cuda, Classifier) {
+    check_classifier(134, 101, 128);
+    check_classifier(16, 50257, 50304);
+}
+
+// ----------------------------------------------------------------------------
+// optimizer, norm
+
+void check_adamw(size_t n) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    std::vector<float> master = random_vec(n, -1, 1, 60), grad = random_vec(n, -1, 1, 61);
+    std::vector<float> m = random_vec(n, -0.1f, 0.1f, 62), v = random_vec(n, 0.0f, 0.01f, 63);
+    // master need not be floatX-representable: make it a genuine fp32 value
+    for (size_t i = 0; i < n; i++) master[i] += 1e-5f * std::sin((float)i);
+    std::vector<float> param(n);
+    for (size_t i = 0; i < n; i++) param[i] = round_x(master[i]);
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    const int t = 3;
+    const uint32_t seed = 1234;
+
+    Dev<X> d_param = up(param), d_grad = up(grad);
+    Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
+    float* master_p = G::has_master_weights ? d_master.p : nullptr;
+    G::adamw_update(d_param.p, master_p, d_grad.p, d_m.p, d_v.p, n, lr, b1, b2, eps, wd, scale, t, seed);
+    std::vector<float>& ref = G::has_master_weights ? master : param;
+    cpu::adamw_update(ref.data(), grad.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, scale, t);
+    expect_close(down(d_m), m, {1e-6f, 1e-5f}, "adamw m");
+    expect_close(down(d_v), v, {1e-6f, 1e-5f}, "adamw v");
+    std::vector<float> got = down(d_param);
+    if (G::has_master_weights) {
+        expect_close(down(d_master), master, {1e-6f, 1e-6f}, "adamw master");
+        // param is master rounded down or up to the next bf16: within one bf16 ulp
+        size_t bad = 0, ups = 0, inexact = 0;
+        for (size_t i = 0; i < n; i++) {
+            float ulp = std::ldexp(1.0f, std::ilogb(master[i]) - 7);
+            if (!(std::fabs(got[i] - master[i]) <= 1.001f * ulp)) bad++;
+            if (got[i] != master[i]) inexact++;
+            if (std::fabs(got[i]) > std::fabs(master[i])) ups++;
+        }
+        EXPECT_EQ(bad, 0u) << "adamw: param is not master rounded to an adjacent bf16";
+        // stochastic rounding goes both ways
+        EXPECT_GT(ups, inexact / 4) << "adamw: stochastic rounding rounds up too rarely";
+        EXPECT_LT(ups, inexact * 3 / 4) << "adamw: stochastic rounding rounds up too often";
+    } else {
+        expect_close(got, param, {1e-6f, 1e-6f}, "adamw param");
+    }
+}
+
+TEST_F(Cuda, AdamW) {
+    check_adamw(1001);
+    check_adamw(100000);
+}
+
+TEST_F(Cuda, AdamWSeedReproducible) {
+    const size_t n = 5000;
+    std::vector<float> master = random_vec(n, -1, 1, 70), grad = random_vec(n, -1, 1, 71);
+    for (size_t i = 0; i < n; i++) master[i] += 1e-5f * std::cos((float)i);
+    auto run = [&](uint32_t seed) {
+        Dev<X> p = up(master), g = up(grad);
+        Dev<float> mw = up_raw(master), m(n), v(n);
+        G::adamw_update(p.p, G::has_master_weights ? mw.p : nullptr, g.p, m.p, v.p, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                        0.0f, 1.0f, 1, seed);
+        return bytes(p);
+    };
+    EXPECT_TRUE(run(7) == run(7)) << "adamw: same seed, different parameters";
+    if (G::has_master_weights) EXPECT_FALSE(run(7) == run(8)) << "adamw: the seed does not reach the rounding";
+}
+
+TEST_F(Cuda, SumSquares) {
+    for (size_t n : {(size_t)7, (size_t)100003, (size_t)3000000}) {
+        SCOPED_TRACE(testing::Message() << "n=" << n);
+        std::vector<float> x = random_vec(n, -1, 1, 80);
+        Dev<X> d_x = up(x);
+        Dev<float> acc = up_raw(std::vector<float>{1.5f});
+        G::sum_squares_add(acc.p, d_x.p, n);
+        float first = down(acc)[0];
+        double want = 1.5 + cpu::sum_squares(x.data(), n);
+        EXPECT_NEAR(first, want, 1e-5 * want);
+        G::from_host(acc.p, std::vector<float>{1.5f}.data(), sizeof(float));
+        G::sum_squares_add(acc.p, d_x.p, n);
+        float second = down(acc)[0];
+        EXPECT_EQ(std::memcmp(&first, &second, 4), 0) << "sum_squares_add is not deterministic";
+    }
+}
+
+// ----------------------------------------------------------------------------
+// a small GPT-2, a few optimizer steps on both backends (stage 0, one rank)
+
+template <class Backend>
+std::vector<float> train_steps(const GPT2Config& mc, const std::vector<float>& init, const std::vector<int>& tokens,
+                               int B, int T, int steps, int recompute, std::vector<float>* norms) {
+    SingleComm comm(Backend::copy);
+    Zero<Backend> zero(0, ParamLayout(mc).groups(mc.num_layers), comm);
+    zero.load(init.data());
+    GPT2<Backend> model(mc, B, T, recompute, zero);
+    std::vector<float> losses;
+    const AdamHyper hyper{0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < steps; s++) {
+        zero.zero_grads();
+        losses.push_back(model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T)));
+        model.backward(B, T);
+        norms->push_back(zero.step(1e-3f, hyper, 1.0f, s + 1, 42u + s));
+    }
+    return losses;
+}
+
+TEST_F(Cuda, ModelMatchesCpu) {
+    GPT2Config mc;
+    ASSERT_TRUE(config_from_descriptor("L=2,NH=3,C=96,V=101,maxT=80", &mc));
+    const int B = 2, T = 67, steps = 4;
+    std::vector<float> init = random_init(mc, 5);
+    for (float& x : init) x = round_x(x);  // both backends start from the same numbers
+    std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 90);
+    std::vector<float> cpu_norms, gpu_norms, gpu_norms_recompute;
+    std::vector<float> cpu_loss = train_steps<CpuBackend>(mc, init, tokens, B, T, steps, 0, &cpu_norms);
+    std::vector<float> gpu_loss = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, 0, &gpu_norms);
+    expect_close(gpu_loss, cpu_loss, kModel, "model losses");
+    expect_close(gpu_norms, cpu_norms, {kModel.atol * 3, kModel.rtol * 3}, "model gradient norms");
+    // recomputation changes memory, not results
+    std::vector<float> gpu_loss_rc = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, 2, &gpu_norms_recompute);
+    EXPECT_EQ(gpu_loss_rc, gpu_loss) << "recompute=2 changed the losses";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    testing::InitGoogleTest(&argc, argv);
+    g_gpu = CudaBackend::available();
+    if (!g_gpu) {
+        // the one line a CPU-only machine shows; every test still runs and skips, silently
+        printf("skipped: no GPU\n");
+        fflush(stdout);
+        testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+        delete listeners.Release(listeners.default_result_printer());
+    } else {
+        CudaBackend::init(0);
+    }
+    return RUN_ALL_TESTS();
+}
