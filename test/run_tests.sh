@@ -5,11 +5,13 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 passed=0
 failed=0
+skipped=0
 log=$(mktemp)
 
 # gtest_counts LOG: adds the passed/failed counts GoogleTest printed to the totals
 gtest_counts() {
     local p f
+    if grep -q '^skipped: no GPU' "$1"; then skipped=$((skipped + 1)); return; fi
     p=$(grep -a -oE '\[  PASSED  \] [0-9]+' "$1" | grep -oE '[0-9]+$' | tail -1)
     f=$(grep -a -oE '\[  FAILED  \] [0-9]+ tests?,' "$1" | grep -oE '[0-9]+' | tail -1)
     if [ -z "$p" ] && [ -z "$f" ]; then f=1; fi  # crashed before reporting
@@ -20,7 +22,7 @@ gtest_counts() {
 run_gtest() {  # NAME COMMAND...
     local name=$1; shift
     echo "== $name"
-    if ! timeout 900 "$@" >"$log" 2>&1; then grep -a -E 'Failure|FAILED|error' "$log" | head -40; fi
+    if ! timeout 900 "$@" --gtest_color=no >"$log" 2>&1; then grep -a -E 'Failure|FAILED|error' "$log" | head -40; fi
     gtest_counts "$log"
     grep -a -E '^\[  (PASSED|FAILED)  \]|skipped' "$log" | head -5
 }
@@ -59,5 +61,5 @@ run_check "PyTorch fixtures regenerate to the committed ones" bash -c '
     /usr/bin/python3 scripts/compare_fixtures.py test/fixtures/tiny_debug_state.bin "$d/tiny_debug_state.bin"; rm -rf "$d"'
 
 rm -f "$log"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

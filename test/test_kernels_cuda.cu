@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #define TESTING
@@ -36,6 +37,7 @@ struct Tol {
 constexpr Tol kExact = {1e-5f, 1e-5f};     // elementwise ops
 constexpr Tol kReduce = {1e-4f, 1e-4f};    // sums over rows, columns, GEMMs
 constexpr Tol kAttention = {1e-4f, 1e-4f};
+constexpr Tol kSoftmax = {1e-5f, 1e-4f};   // a 50k-term fp32 sum sits under every probability
 constexpr Tol kModel = {1e-3f, 1e-3f};     // losses after several steps
 #else
 // bf16: every stored value carries a relative error up to 2^-9 (2^-8 for stochastic rounding);
@@ -43,6 +45,7 @@ constexpr Tol kModel = {1e-3f, 1e-3f};     // losses after several steps
 constexpr Tol kExact = {1e-3f, 1e-2f};
 constexpr Tol kReduce = {1e-2f, 2e-2f};
 constexpr Tol kAttention = {5e-2f, 3e-2f};
+constexpr Tol kSoftmax = {1e-3f, 1e-2f};
 constexpr Tol kModel = {3e-2f, 3e-2f};
 #endif
 
@@ -95,14 +98,13 @@ Dev<T> up_raw(const std::vector<T>& h) {
     G::from_host(d.p, h.data(), h.size() * sizeof(T));
     return d;
 }
-std::vector<float> down(const Dev<X>& d) {
+// floatX (or, in the bf16 build, float) device buffer -> fp32 host values
+template <class T>
+std::vector<float> down(const Dev<T>& d) {
+    static_assert(std::is_same<T, X>::value || std::is_same<T, float>::value, "floatX or float");
     std::vector<float> h(d.n);
-    G::download_fp32(h.data(), d.p, d.n);
-    return h;
-}
-std::vector<float> down(const Dev<float>& d) {
-    std::vector<float> h(d.n);
-    G::to_host(h.data(), d.p, d.n * sizeof(float));
+    if (std::is_same<T, X>::value) G::download_fp32(h.data(), (const X*)d.p, d.n);
+    else G::to_host(h.data(), d.p, d.n * sizeof(float));
     return h;
 }
 std::vector<unsigned char> bytes(const Dev<X>& d) {
@@ -388,15 +390,15 @@ void check_classifier(int N, int V, int Vp) {
     // inference: losses only, logits untouched
     G::fused_classifier(d_logits.p, d_losses.p, d_targets.p, 0.0f, N, V, Vp);
     CpuBackend::fused_classifier(want.data(), losses.data(), targets.data(), 0.0f, N, V, Vp);
-    expect_close(down(d_losses), losses, {1e-5f, 1e-5f}, "fused_classifier losses (dloss 0)");
+    expect_close(down(d_losses), losses, {1e-5f, 2e-5f}, "fused_classifier losses (dloss 0)");
     EXPECT_EQ(down(d_logits), logits) << "fused_classifier with dloss 0 must keep the logits";
 
     const float dloss = 1.0f / N;
     G::fused_classifier(d_logits.p, d_losses.p, d_targets.p, dloss, N, V, Vp);
     CpuBackend::fused_classifier(want.data(), losses.data(), targets.data(), dloss, N, V, Vp);
-    expect_close(down(d_losses), losses, {1e-5f, 1e-5f}, "fused_classifier losses");
+    expect_close(down(d_losses), losses, {1e-5f, 2e-5f}, "fused_classifier losses");
     std::vector<float> got = down(d_logits);
-    expect_close(got, want, kExact, "fused_classifier dlogits");
+    expect_close(got, want, kSoftmax, "fused_classifier dlogits");
     for (int i = 0; i < N; i++)
         for (int j = V; j < Vp; j++) ASSERT_EQ(got[(size_t)i * Vp + j], 0.0f) << "padding column " << j << " not zeroed";
 }
@@ -435,7 +437,7 @@ void check_adamw(size_t n) {
         // param is master rounded down or up to the next bf16: within one bf16 ulp
         size_t bad = 0, ups = 0, inexact = 0;
         for (size_t i = 0; i < n; i++) {
-            float ulp = std::ldexp(1.0f, std::ilogb(master[i]) - 7);
+            float ulp = master[i] == 0.0f ? 0.0f : std::ldexp(1.0f, std::ilogb(master[i]) - 7);
             if (!(std::fabs(got[i] - master[i]) <= 1.001f * ulp)) bad++;
             if (got[i] != master[i]) inexact++;
             if (std::fabs(got[i]) > std::fabs(master[i])) ups++;

@@ -12,18 +12,24 @@ inline void fused_classifier(float* logits, float* losses, const int* targets, f
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         float* row = logits + (size_t)i * Vp;
+        const int target = targets[i];
         float maxval = -INFINITY;
         for (int j = 0; j < V; j++) maxval = fmaxf(maxval, row[j]);
-        float sum = 0.0f;
-        for (int j = 0; j < V; j++) sum += expf(row[j] - maxval);
-        const int target = targets[i];
-        // log-sum-exp form keeps the loss finite even when the target's probability underflows
-        losses[i] = logf(sum) + maxval - row[target];
-        if (dloss == 0.0f) continue;  // inference: keep the logits
-        for (int j = 0; j < V; j++) {
-            float p = expf(row[j] - maxval) / sum;
-            row[j] = (p - (j == target ? 1.0f : 0.0f)) * dloss;
+        const float target_logit = row[target];
+        if (dloss == 0.0f) {  // inference: keep the logits, only the loss is wanted
+            float sum = 0.0f;
+            for (int j = 0; j < V; j++) sum += expf(row[j] - maxval);
+            losses[i] = logf(sum) + maxval - target_logit;
+            continue;
         }
+        // one exp per logit: the row holds exp(logit - max) until it is scaled into dlogits
+        float sum = 0.0f;
+        for (int j = 0; j < V; j++) sum += (row[j] = expf(row[j] - maxval));
+        // log-sum-exp form keeps the loss finite even when the target's probability underflows
+        losses[i] = logf(sum) + maxval - target_logit;
+        const float scale = dloss / sum;
+        for (int j = 0; j < V; j++) row[j] *= scale;
+        row[target] -= dloss;
         for (int j = V; j < Vp; j++) row[j] = 0.0f;
     }
 }
