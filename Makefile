@@ -19,7 +19,7 @@ HEADERS = $(wildcard kernels/*.h kernels/cpu/*.h zero/*.h data/*.h)
 TINY_DATA = data/tinyshakespeare/tiny_shakespeare_train.bin
 
 .PHONY: all test bench data clean
-all: train_gpt
+all: train_gpt data
 
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX_BUILD) $(CXXFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(BLAS_LIBS)

@@ -617,7 +617,6 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     std::vector<StepRecord> records;
     uint64_t sample_rng = (uint64_t)cfg.seed * 2654435761u + 1;
-    comm.reset_counters();
     for (int step = 0; step < max_steps; step++) {
         const bool last = step == max_steps - 1;
         if (val_data && (step % cfg.val_every == 0 || last)) {
@@ -656,6 +655,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
 
         Backend::synchronize();
         auto start = std::chrono::steady_clock::now();
+        comm.reset_counters();  // count this step's training traffic only
         zero.zero_grads();
         double loss_sum = 0.0;
         const float dloss = 1.0f / ((float)B * T * accum * world);
@@ -677,6 +677,11 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s\n", step + 1, max_steps, loss,
                    norm, lr, ms, total_batch / (ms / 1000.0));
         if (log) fprintf(log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, loss, norm, lr, ms, total_batch / (ms / 1000.0));
+        if (step == 0 && !cfg.quiet) {
+            const CommCounters& c = comm.counters();
+            printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", rank,
+                   (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+        }
         if (hook) hook(step, zero);
         const bool save = !cfg.output_dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0));
         if (save) {

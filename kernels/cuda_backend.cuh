@@ -78,20 +78,25 @@ struct CudaBackend {
 #ifdef ENABLE_FP32
         from_host(dst, host, n * sizeof(float));
 #else
-        if (n == 0) return;
-        float* tmp = (float*)gpu::scratch(n * sizeof(float));
-        from_host(tmp, host, n * sizeof(float));
-        gpu::convert(dst, tmp, n);
+        // through an fp32 staging buffer of bounded size, so a large embedding needs no twin
+        for (size_t i = 0; i < n; i += gpu::kConvertChunk) {
+            size_t len = n - i < gpu::kConvertChunk ? n - i : gpu::kConvertChunk;
+            float* tmp = (float*)gpu::scratch(len * sizeof(float));
+            from_host(tmp, host + i, len * sizeof(float));
+            gpu::convert(dst + i, tmp, len);
+        }
 #endif
     }
     static void download_fp32(float* host, const floatX* src, size_t n) {
 #ifdef ENABLE_FP32
         to_host(host, src, n * sizeof(float));
 #else
-        if (n == 0) return;
-        float* tmp = (float*)gpu::scratch(n * sizeof(float));
-        gpu::convert(tmp, src, n);
-        to_host(host, tmp, n * sizeof(float));
+        for (size_t i = 0; i < n; i += gpu::kConvertChunk) {
+            size_t len = n - i < gpu::kConvertChunk ? n - i : gpu::kConvertChunk;
+            float* tmp = (float*)gpu::scratch(len * sizeof(float));
+            gpu::convert(tmp, src + i, len);
+            to_host(host + i, tmp, len * sizeof(float));
+        }
 #endif
     }
 

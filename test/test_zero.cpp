@@ -127,7 +127,6 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
         // but the ones still resident: first, last, and the last two layers (two layer slots)
         if (stage == 3) rs = kAccum * N * S * X, ag = kAccum * N * (2 * S - S_first - S_last - S_last_layers) * X;
         bad_counters += c.all_reduce != ar || c.reduce_scatter != rs || c.all_gather != ag || c.broadcast != 0;
-        comm.reset_counters();
 
         // bytes held: fp32 CPU counterparts of 16 Psi, 4 Psi + 12 Psi/N, 2 Psi + 14 Psi/N, 16 Psi/N
         const ZeroMemory& m = zero.memory();
@@ -139,7 +138,6 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
         if (step == kSteps - 1) {
             final_params.resize(P);
             zero.save(final_params.data());
-            comm.reset_counters();
         }
     };
     std::vector<StepRecord> records = train<CpuBackend>(config(stage, kAccum, N), comm, hook);

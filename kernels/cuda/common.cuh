@@ -199,6 +199,9 @@ inline int elementwise_blocks(size_t work, int block) {
     return (int)(want < cap ? (want > 0 ? want : 1) : cap);
 }
 
+// elements per staged fp32 <-> floatX conversion in upload_fp32/download_fp32
+constexpr size_t kConvertChunk = (size_t)8 << 20;
+
 // dst[i] = src[i] between float and floatX (round to nearest)
 template <class Dst, class Src>
 __global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
