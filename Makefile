@@ -4,9 +4,16 @@
 # make data       Tiny Shakespeare token shards + tokenizer from ../shared/data (or downloads)
 CXX ?= g++
 MPICXX ?= mpicxx
-CXXFLAGS ?= -O3 -march=native -std=c++17 -Wall -Wextra -Wno-unused-parameter -DOMPI_SKIP_MPICXX
+CXXFLAGS ?= -O3 -march=native -fno-math-errno -std=c++17 -Wall -Wextra -Wno-unused-parameter -DOMPI_SKIP_MPICXX
 OMPFLAGS = -fopenmp
-BLAS_LIBS = -lopenblas
+# OpenBLAS built for OpenMP shares our OpenMP threads; the pthread build would run its own
+# threads beside them and the two pools fight over the cores.
+OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
+ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
+  BLAS_LIBS = -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -lopenblas
+else
+  BLAS_LIBS = -lopenblas
+endif
 SHARED ?= ../shared/data
 
 ifeq ($(NO_MPI),1)
@@ -21,8 +28,17 @@ TINY_DATA = data/tinyshakespeare/tiny_shakespeare_train.bin
 .PHONY: all test bench data clean
 all: train_gpt data
 
+# With nvcc present train_gpt carries both backends (it falls back to the CPU one when no GPU
+# is visible) and the CUDA kernel tests are built; without it train_gpt is CPU-only.
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifneq ($(NVCC),)
+include kernels/cuda.mk
+train_gpt: train_gpt.cu $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)
+else
 train_gpt: train_gpt.cu $(HEADERS)
 	$(CXX_BUILD) $(CXXFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(BLAS_LIBS)
+endif
 
 $(TINY_DATA):
 	python3 data/tinyshakespeare.py --input $(SHARED)/tinyshakespeare/input.txt \
@@ -30,6 +46,9 @@ $(TINY_DATA):
 data: $(TINY_DATA)
 
 TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training
+ifneq ($(NVCC),)
+TEST_BINS += test/test_kernels_cuda
+endif
 GTEST_MAIN = -lgtest_main
 test/test_zero: GTEST_MAIN =
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
@@ -42,4 +61,4 @@ bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt $(TEST_BINS)
+	rm -f train_gpt test/test_model test/test_zero test/test_formats test/test_training test/test_kernels_cuda

@@ -2,7 +2,10 @@
 // Kernels come from a backend (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built
 // with nvcc); who holds which parameters, gradients and optimizer state across ranks is zero/'s
 // business. Everything here runs the same on both backends.
+#include <omp.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +31,9 @@
 #endif
 #ifndef NO_MPI
 #include "zero/comm_mpi.h"
+#ifdef __CUDACC__
+#include "zero/comm_nccl.h"
+#endif
 #else
 #include "zero/comm_single.h"
 #endif
@@ -699,19 +705,80 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
 // ----------------------------------------------------------------------------
 
 #ifndef TESTING
+// mpirun binds a lone rank to one core, which would leave the other cores to idle: a rank alone
+// on its node takes them all back (and one thread per core unless OMP_NUM_THREADS says otherwise).
+static void use_all_cores_if_alone() {
+    const char* local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local_size != nullptr && strcmp(local_size, "1") != 0) return;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < cores && c < CPU_SETSIZE; c++) CPU_SET(c, &all);
+    if (sched_setaffinity(0, sizeof(all), &all) == 0 && getenv("OMP_NUM_THREADS") == nullptr) omp_set_num_threads((int)cores);
+}
+
 int main(int argc, char** argv) {
+    use_all_cores_if_alone();
     TrainConfig cfg = parse_args(argc, argv);
+#ifdef __CUDACC__
+    bool use_cuda = cfg.device != "cpu" && CudaBackend::available();
+    if (cfg.device == "cuda" && !use_cuda) fatal(2, "--device cuda: no CUDA GPU is visible");
+    if (cfg.device == "auto" && !use_cuda && !cfg.quiet) printf("no CUDA GPU visible: using the CPU backend\n");
+#else
     if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
-    if (cfg.T == 0) cfg.T = 64;
+    const bool use_cuda = false;
+#endif
 #ifdef NO_MPI
+    if (cfg.T == 0) cfg.T = use_cuda ? 1024 : 64;
+#ifdef __CUDACC__
+    if (use_cuda) {
+        CudaBackend::init(0);
+        SingleComm comm(CudaBackend::copy);
+        train<CudaBackend>(cfg, comm);
+        return 0;
+    }
+#endif
     SingleComm comm(CpuBackend::copy);
     train<CpuBackend>(cfg, comm);
 #else
     MPI_Init(&argc, &argv);
     {
-        MpiComm comm(MPI_COMM_WORLD);
-        if (comm.world() > 1) g_fatal_hook = [](int code) { MPI_Abort(MPI_COMM_WORLD, code); };
-        train<CpuBackend>(cfg, comm);
+        int world = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        if (world > 1) g_fatal_hook = [](int code) { MPI_Abort(MPI_COMM_WORLD, code); };
+#ifdef __CUDACC__
+        // one backend for all ranks: with auto, a rank without a GPU puts everyone on the CPU
+        int all_cuda = use_cuda ? 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &all_cuda, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        use_cuda = all_cuda == 1;
+#endif
+        if (cfg.T == 0) cfg.T = use_cuda ? 1024 : 64;
+#ifdef __CUDACC__
+        if (use_cuda) {
+            // the ranks of a node take GPUs round-robin; NCCL needs one GPU per rank
+            MPI_Comm node;
+            MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+            int local_rank = 0, local_size = 1, gpus = 0;
+            MPI_Comm_rank(node, &local_rank);
+            MPI_Comm_size(node, &local_size);
+            MPI_Comm_free(&node);
+            CUDA_CHECK(cudaGetDeviceCount(&gpus));
+            CudaBackend::init(local_rank);
+            int own_gpu = local_size <= gpus ? 1 : 0;
+            MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            if (own_gpu) {
+                NcclComm comm(MPI_COMM_WORLD, gpu::stream());
+                train<CudaBackend>(cfg, comm);
+            } else {  // ranks share a GPU: MPI, staged through host memory
+                MpiComm comm(MPI_COMM_WORLD, CudaBackend::to_host, CudaBackend::from_host);
+                train<CudaBackend>(cfg, comm);
+            }
+        }
+#endif
+        if (!use_cuda) {
+            MpiComm comm(MPI_COMM_WORLD);
+            train<CpuBackend>(cfg, comm);
+        }
     }
     MPI_Finalize();
 #endif

@@ -27,9 +27,16 @@ else
 endif
 
 # host warnings as the CPU build has them; nvcc's own warnings are errors
-NVCC_HOST_FLAGS = -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp
+NVCC_HOST_FLAGS = -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp,-march=native,-fno-math-errno
 NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_HOST_FLAGS) -Werror all-warnings
-NVCC_LIBS = -lcublasLt -lcublas -lopenblas
+# the OpenMP build of OpenBLAS when installed, as the Makefile does (nvcc spells -Wl as -Xlinker)
+NVCC_OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
+ifneq ($(wildcard $(NVCC_OPENBLAS_OMP)/libopenblas.so),)
+  NVCC_BLAS_LIBS = -L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath,$(NVCC_OPENBLAS_OMP) -lopenblas
+else
+  NVCC_BLAS_LIBS = -lopenblas
+endif
+NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
 # everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
 NVCC_TRAIN_LIBS = $(NVCC_LIBS) $(NVCC_MPI_LIBS)

@@ -8,7 +8,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 STEPS=${STEPS:-8}
 mean_ms() { grep -E '^step' | awk -F'|' 'NR>2 { sub(/ ms/, "", $5); s += $5; n++ } END { printf "%.1f", s / n }'; }
 
-ms=$(OMP_NUM_THREADS=2 mpirun -np 1 ./train_gpt -e d12 -b 4 -t 64 -x "$STEPS" -v 0 -s 0 -o "" | mean_ms)
+ms=$(OMP_NUM_THREADS=2 mpirun -np 1 --bind-to none ./train_gpt -e d12 -b 4 -t 64 -x "$STEPS" -v 0 -s 0 -o "" | mean_ms)
 echo "cpu d12 B=4 T=64, 1 rank x 2 threads: $ms ms/step, $(awk -v m="$ms" 'BEGIN { printf "%.0f", 256 / m * 1000 }') tok/s"
 
 for n in 2 4; do

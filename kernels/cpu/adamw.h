@@ -24,7 +24,7 @@ inline void adamw_update(float* param, const float* grad, float* m, float* v, si
 // Sum of squares in double: the global norm adds up ~1e8 terms on large models.
 inline double sum_squares(const float* x, size_t n) {
     double sum = 0.0;
-    #pragma omp parallel for reduction(+ : sum)
+    #pragma omp parallel for simd reduction(+ : sum)
     for (size_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
     return sum;
 }
