@@ -745,7 +745,7 @@ int main(int argc, char** argv) {
     {
         int world = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &world);
-        if (world > 1) g_fatal_hook = [](int code) { MPI_Abort(MPI_COMM_WORLD, code); };
+        if (world > 1) g_fatal_hook = abort_all_ranks;
 #ifdef __CUDACC__
         // one backend for all ranks: with auto, a rank without a GPU puts everyone on the CPU
         int all_cuda = use_cuda ? 1 : 0;

@@ -78,26 +78,30 @@ struct CudaBackend {
 #ifdef ENABLE_FP32
         from_host(dst, host, n * sizeof(float));
 #else
-        // through an fp32 staging buffer of bounded size, so a large embedding needs no twin
-        for (size_t i = 0; i < n; i += gpu::kConvertChunk) {
-            size_t len = n - i < gpu::kConvertChunk ? n - i : gpu::kConvertChunk;
-            float* tmp = (float*)gpu::scratch(len * sizeof(float));
+        in_chunks(n, [&](size_t i, size_t len, float* tmp) {
             from_host(tmp, host + i, len * sizeof(float));
             gpu::convert(dst + i, tmp, len);
-        }
+        });
 #endif
     }
     static void download_fp32(float* host, const floatX* src, size_t n) {
 #ifdef ENABLE_FP32
         to_host(host, src, n * sizeof(float));
 #else
-        for (size_t i = 0; i < n; i += gpu::kConvertChunk) {
-            size_t len = n - i < gpu::kConvertChunk ? n - i : gpu::kConvertChunk;
-            float* tmp = (float*)gpu::scratch(len * sizeof(float));
+        in_chunks(n, [&](size_t i, size_t len, float* tmp) {
             gpu::convert(tmp, src + i, len);
             to_host(host + i, tmp, len * sizeof(float));
-        }
+        });
 #endif
+    }
+    // conversions go through an fp32 staging buffer of bounded size, so a large embedding
+    // needs no fp32 twin on the device
+    template <class F>
+    static void in_chunks(size_t n, F f) {
+        for (size_t i = 0; i < n; i += gpu::kConvertChunk) {
+            size_t len = n - i < gpu::kConvertChunk ? n - i : gpu::kConvertChunk;
+            f(i, len, (float*)gpu::scratch(len * sizeof(float)));
+        }
     }
 
     // ops: the headers in kernels/cuda/ say how; kernels/cpu/ says what

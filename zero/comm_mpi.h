@@ -12,6 +12,14 @@
 
 #include "comm.h"
 
+// Prints nothing: the caller has said why. MPI_Abort takes every rank down, not only this one.
+[[noreturn]] inline void abort_all_ranks(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);  // not reached: MPI_Abort ends the process
+}
+
 class MpiComm : public Communicator {
 public:
     using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
@@ -30,12 +38,7 @@ public:
         MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_);
         return sum;
     }
-    [[noreturn]] void abort(int code) override {
-        fflush(stdout);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, code);
-        exit(code);  // not reached: MPI_Abort ends the process
-    }
+    [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:
     void do_all_reduce(void* buf, size_t n, DType t) override {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "comm.h"
+#include "comm_mpi.h"  // abort_all_ranks
 
 #define NCCL_CHECK(call)                                                                        \
     do {                                                                                        \
@@ -55,12 +56,7 @@ public:
             abort(1);
         }
     }
-    [[noreturn]] void abort(int code) override {
-        fflush(stdout);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, code);
-        exit(code);  // not reached: MPI_Abort ends the process
-    }
+    [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:
     void do_all_reduce(void* buf, size_t n, DType t) override {

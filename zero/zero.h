@@ -117,47 +117,33 @@ public:
     // group's slot already holds them.
     Tensors params(int g) {
         const auto& group = plan_.group(g);
-        Tensors out{};
-        if (stage_ <= 2) {
-            for (size_t i = 0; i < group.tensors.size(); i++)
-                out.t[i] = params_full_ + group.tensors[i].slice.offset;
-            return out;
-        }
+        if (stage_ <= 2) return tensors_at(params_full_, group, full_offset);
         int s = slot_of(g);
         if (slot_group_[s] != g) {
             comm_.all_gather(param_shard_ + group.shard_offset, rank_major_, group.shard_size, dtype_);
-            unpack(slot_[s], group, [](const PartitionPlan::Tensor& t) { return t.group_offset; });
+            unpack(slot_[s], group, group_offset);
             slot_group_[s] = g;
         }
-        for (size_t i = 0; i < group.tensors.size(); i++)
-            out.t[i] = slot_[s] + group.tensors[i].group_offset;
-        return out;
+        return tensors_at(slot_[s], group, group_offset);
     }
 
     // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
     // hands out a zeroed bucket, which grads_done() reduce-scatters into the shard.
     Tensors grads(int g) {
         const auto& group = plan_.group(g);
-        Tensors out{};
-        if (stage_ <= 1) {
-            for (size_t i = 0; i < group.tensors.size(); i++)
-                out.t[i] = grads_full_ + group.tensors[i].slice.offset;
-            return out;
-        }
+        if (stage_ <= 1) return tensors_at(grads_full_, group, full_offset);
         int s = slot_of(g);
         if (bucket_group_[s] != g) {
             Backend::zero(bucket_[s], group.size * sizeof(floatX));
             bucket_group_[s] = g;
         }
-        for (size_t i = 0; i < group.tensors.size(); i++)
-            out.t[i] = bucket_[s] + group.tensors[i].group_offset;
-        return out;
+        return tensors_at(bucket_[s], group, group_offset);
     }
     void grads_done(int g) {
         if (stage_ <= 1) return;
         const auto& group = plan_.group(g);
         int s = slot_of(g);
-        pack(bucket_[s], group, [](const PartitionPlan::Tensor& t) { return t.group_offset; });
+        pack(bucket_[s], group, group_offset);
         comm_.reduce_scatter(rank_major_, own_, group.shard_size, dtype_);
         Backend::accumulate(grad_shard_ + group.shard_offset, own_, group.shard_size);
         bucket_group_[s] = -1;
@@ -206,6 +192,15 @@ public:
 
 private:
     static constexpr int kSlots = 4;
+    // where a tensor sits: in the flat, full-size layout, or in a group's own buffer
+    static size_t full_offset(const PartitionPlan::Tensor& t) { return t.slice.offset; }
+    static size_t group_offset(const PartitionPlan::Tensor& t) { return t.group_offset; }
+    template <class OffsetOf>
+    static Tensors tensors_at(floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
+        Tensors out{};
+        for (size_t i = 0; i < g.tensors.size(); i++) out.t[i] = base + offset_of(g.tensors[i]);
+        return out;
+    }
     template <class T>
     T* alloc(size_t n, size_t* category) {
         void* p = Backend::alloc(n * sizeof(T));
@@ -280,7 +275,7 @@ private:
 
     void reduce_scatter_full_grads(const PartitionPlan::Group& g) {
         const size_t X = sizeof(floatX);
-        pack(grads_full_, g, [](const PartitionPlan::Tensor& t) { return t.slice.offset; });
+        pack(grads_full_, g, full_offset);
         comm_.reduce_scatter(rank_major_, own_, g.shard_size, dtype_);
         for (const auto& t : g.tensors)
             Backend::copy(grad_of(t), own_ + (t.shard_offset - g.shard_offset), PartitionPlan::valid(t, rank_) * X);
@@ -290,7 +285,7 @@ private:
         for (const auto& t : g.tensors)
             Backend::copy(own_ + (t.shard_offset - g.shard_offset), param_of(t), PartitionPlan::valid(t, rank_) * X);
         comm_.all_gather(own_, rank_major_, g.shard_size, dtype_);
-        unpack(params_full_, g, [](const PartitionPlan::Tensor& t) { return t.slice.offset; });
+        unpack(params_full_, g, full_offset);
     }
 
     int stage_;
