@@ -43,7 +43,11 @@ NVCC_TRAIN_LIBS = $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h)
 
-test/test_kernels_cuda: test/test_kernels_cuda.cu train_gpt.cu $(CUDA_HEADERS)
+test/test_kernels_cuda: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) -lgtest -lpthread
+
+# the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs it)
+test/test_zero_cuda: test/test_zero.cpp test/test_util.h train_gpt.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) -lgtest -lpthread
 
 train_gpt_cuda: train_gpt.cu $(CUDA_HEADERS)
@@ -51,4 +55,4 @@ train_gpt_cuda: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f test/test_kernels_cuda train_gpt_cuda
+	rm -f test/test_kernels_cuda test/test_zero_cuda train_gpt_cuda

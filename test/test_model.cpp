@@ -22,18 +22,6 @@ struct Fixture {
     std::vector<float> params = load_checkpoint(kModel, &config);
 };
 
-// gradients currently held by zero (stage 0: the full buffer), in the flat layout
-std::vector<float> full_grads(Zero<CpuBackend>& zero) {
-    std::vector<float> out(zero.plan().total());
-    for (int g = 0; g < zero.plan().num_groups(); g++) {
-        auto grads = zero.grads(g);
-        const auto& tensors = zero.plan().group(g).tensors;
-        for (size_t i = 0; i < tensors.size(); i++)
-            std::copy_n(grads[i], tensors[i].slice.n, out.data() + tensors[i].slice.offset);
-    }
-    return out;
-}
-
 TEST(Model, CheckpointMatchesFixtureHeader) {
     Fixture f;
     EXPECT_EQ(f.config.num_layers, 2);
@@ -42,52 +30,25 @@ TEST(Model, CheckpointMatchesFixtureHeader) {
     EXPECT_EQ(ParamLayout(f.config).total, f.state.num_params);
 }
 
-TEST(Model, ForwardAndBackwardMatchPyTorch) {
-    Fixture f;
-    const int B = f.state.B, T = f.state.T, V = f.state.V;
-    Zero<CpuBackend> zero(0, ParamLayout(f.config).groups(f.config.num_layers), single_comm());
-    zero.load(f.params.data());
-    GPT2<CpuBackend> model(f.config, B, T, 0, zero);
-
-    float loss = model.forward(f.state.x.data(), f.state.y.data(), B, T, 0.0f);
-    EXPECT_NEAR(loss, f.state.loss, 1e-5 * f.state.loss);
-    std::vector<float> logits((size_t)B * T * V);
-    for (int row = 0; row < B * T; row++) model.logits_at(row, logits.data() + (size_t)row * V);
-    EXPECT_LE(tolerance_ratio(logits.data(), f.state.logits.data(), logits.size(), 1e-5, 1e-5), 1.0);
-
-    zero.zero_grads();
-    loss = model.forward(f.state.x.data(), f.state.y.data(), B, T, 1.0f / (B * T));
-    model.backward(B, T);
-    EXPECT_NEAR(loss, f.state.loss, 1e-5 * f.state.loss);
-    std::vector<float> grads = full_grads(zero);
-    ParamLayout layout(f.config);
-    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
-        double r = tolerance_ratio(grads.data() + layout.offset[p], f.state.grads.data() + layout.offset[p], layout.size[p], 1e-4, 1e-6);
-        EXPECT_LE(r, 1.0) << "gradient of parameter tensor " << p;
-    }
-}
-
-TEST(Model, TenAdamWStepsMatchPyTorch) {
+TEST(Model, MatchesPyTorch) {
     Fixture f;
     const DebugState& s = f.state;
-    Zero<CpuBackend> zero(0, ParamLayout(f.config).groups(f.config.num_layers), single_comm());
-    zero.load(f.params.data());
-    GPT2<CpuBackend> model(f.config, s.B, s.T, 0, zero);
-    const AdamHyper hyper{s.beta1, s.beta2, s.eps, s.weight_decay};
+    ModelRun run = run_debug_state<CpuBackend>(s, f.config, f.params);
+    EXPECT_NEAR(run.loss, s.loss, 1e-5 * s.loss);
+    EXPECT_LE(tolerance_ratio(run.logits.data(), s.logits.data(), run.logits.size(), 1e-5, 1e-5), 1.0);
+    ParamLayout layout(f.config);
+    for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
+        double r = tolerance_ratio(run.grads.data() + layout.offset[p], s.grads.data() + layout.offset[p], layout.size[p], 1e-4, 1e-6);
+        EXPECT_LE(r, 1.0) << "gradient of parameter tensor " << p;
+    }
     int clipped = 0;
     for (int step = 0; step < s.steps; step++) {
-        zero.zero_grads();
-        float loss = model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
-        model.backward(s.B, s.T);
-        float norm = zero.step(s.lr, hyper, s.grad_clip, step + 1, 0);
-        EXPECT_NEAR(loss, s.losses[step], 1e-5 * s.losses[step]) << "step " << step;
-        EXPECT_NEAR(norm, s.norms[step], 1e-5 * s.norms[step]) << "step " << step;
-        clipped += norm > s.grad_clip;
+        EXPECT_NEAR(run.losses[step], s.losses[step], 1e-5 * s.losses[step]) << "step " << step;
+        EXPECT_NEAR(run.norms[step], s.norms[step], 1e-5 * s.norms[step]) << "step " << step;
+        clipped += run.norms[step] > s.grad_clip;
     }
     EXPECT_GT(clipped, 0) << "the fixture must exercise gradient clipping";
-    std::vector<float> params(zero.plan().total());
-    zero.save(params.data());
-    EXPECT_LE(tolerance_ratio(params.data(), s.params_after.data(), params.size(), 1e-5, 2e-5), 1.0);
+    EXPECT_LE(tolerance_ratio(run.params.data(), s.params_after.data(), run.params.size(), 1e-5, 2e-5), 1.0);
 }
 
 // Recomputing GELU and layernorm in backward must not change a single bit.
@@ -102,7 +63,7 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
         zero.zero_grads();
         model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
         model.backward(s.B, s.T);
-        std::vector<float> grads = full_grads(zero);
+        std::vector<float> grads = gradients_to_host(zero);
         if (recompute == 0) reference = grads;
         else EXPECT_EQ(0, memcmp(grads.data(), reference.data(), grads.size() * 4)) << "recompute " << recompute;
     }

@@ -73,6 +73,85 @@ inline std::vector<uint16_t> random_tokens(size_t n, int vocab, uint32_t seed) {
     return t;
 }
 
+// ----------------------------------------------------------------------------
+// checks shared by the CPU tests and the CUDA tests (test/test_kernels_cuda.cu)
+
+// What the model computes for the debug state's batch, on any backend, as fp32 on the host:
+// loss and logits, every gradient (flat layout), and the losses, norms and parameters of
+// `steps` AdamW steps with the state's hyperparameters.
+struct ModelRun {
+    float loss;
+    std::vector<float> logits, grads, losses, norms, params;
+};
+
+// the gradients zero holds at stage 0 (the full buffer), in the flat layout
+template <class Backend>
+std::vector<float> gradients_to_host(Zero<Backend>& zero) {
+    std::vector<float> out(zero.plan().total());
+    for (int g = 0; g < zero.plan().num_groups(); g++) {
+        auto grads = zero.grads(g);
+        const auto& tensors = zero.plan().group(g).tensors;
+        for (size_t i = 0; i < tensors.size(); i++)
+            Backend::download_fp32(out.data() + tensors[i].slice.offset, grads[i], tensors[i].slice.n);
+    }
+    return out;
+}
+
+template <class Backend>
+ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::vector<float>& init) {
+    SingleComm comm(Backend::copy);
+    Zero<Backend> zero(0, ParamLayout(c).groups(c.num_layers), comm);
+    zero.load(init.data());
+    GPT2<Backend> model(c, s.B, s.T, 0, zero);
+    ModelRun run;
+    run.loss = model.forward(s.x.data(), s.y.data(), s.B, s.T, 0.0f);
+    run.logits.resize((size_t)s.B * s.T * s.V);
+    for (int row = 0; row < s.B * s.T; row++) model.logits_at(row, run.logits.data() + (size_t)row * s.V);
+
+    zero.zero_grads();
+    model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+    model.backward(s.B, s.T);
+    run.grads = gradients_to_host(zero);
+
+    zero.load(init.data());  // the steps start from the same parameters
+    const AdamHyper hyper{s.beta1, s.beta2, s.eps, s.weight_decay};
+    for (int step = 0; step < s.steps; step++) {
+        zero.zero_grads();
+        run.losses.push_back(model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T)));
+        model.backward(s.B, s.T);
+        run.norms.push_back(zero.step(s.lr, hyper, s.grad_clip, step + 1, 1234u + step));
+    }
+    run.params.resize(zero.plan().total());
+    zero.save(run.params.data());
+    return run;
+}
+
+// Trains a small model for a few steps on random tokens from `seed`; returns the step records
+// and the final parameters. For determinism checks.
+template <class Backend>
+std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::string& data, long seed, Communicator& comm) {
+    TrainConfig cfg;
+    cfg.train_data = data;
+    cfg.init = "L=2,NH=2,C=32,V=64,maxT=32";
+    cfg.output_dir = "";
+    cfg.B = 2;
+    cfg.T = 16;
+    cfg.max_steps = 5;
+    cfg.val_every = 0;
+    cfg.sample_every = 0;
+    cfg.weight_decay = 0.1f;
+    cfg.quiet = 1;
+    cfg.seed = seed;
+    std::vector<float> params;
+    auto records = train<Backend>(cfg, comm, [&](int step, Zero<Backend>& z) {
+        if (step == cfg.max_steps - 1) {
+            params.resize(z.plan().total());
+            z.save(params.data());
+        }
+    });
+    return {records, params};
+}
+
 inline std::string temp_dir() {
     char tmpl[] = "/tmp/train_gpt_test_XXXXXX";
     if (mkdtemp(tmpl) == nullptr) fatal(1, "mkdtemp failed");
