@@ -9,7 +9,10 @@ OMPFLAGS = -fopenmp
 # OpenBLAS built for OpenMP shares our OpenMP threads; the pthread build would run its own
 # threads beside them and the two pools fight over the cores.
 OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
-ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
+ifeq ($(NO_BLAS),1)
+  BLAS_LIBS =
+  CXXFLAGS += -DNO_BLAS
+else ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
   BLAS_LIBS = -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -lopenblas
 else
   BLAS_LIBS = -lopenblas
@@ -54,6 +57,11 @@ test/test_zero: GTEST_MAIN =
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
+# the model test once more on the plain-loop matmul that NO_BLAS=1 builds use
+test/test_model_noblas: test/test_model.cpp train_gpt.cu $(HEADERS) test/test_util.h
+	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
+TEST_BINS += test/test_model_noblas
+
 test: train_gpt $(TEST_BINS) $(TINY_DATA)
 	bash test/run_tests.sh
 
@@ -61,4 +69,4 @@ bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt test/test_model test/test_zero test/test_formats test/test_training test/test_kernels_cuda
+	rm -f train_gpt test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda

@@ -31,7 +31,10 @@ NVCC_HOST_FLAGS = -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp,-march
 NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_HOST_FLAGS) -Werror all-warnings
 # the OpenMP build of OpenBLAS when installed, as the Makefile does (nvcc spells -Wl as -Xlinker)
 NVCC_OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
-ifneq ($(wildcard $(NVCC_OPENBLAS_OMP)/libopenblas.so),)
+ifeq ($(NO_BLAS),1)
+  NVCC_BLAS_LIBS =
+  NVCC_PRECISION += -DNO_BLAS
+else ifneq ($(wildcard $(NVCC_OPENBLAS_OMP)/libopenblas.so),)
   NVCC_BLAS_LIBS = -L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath,$(NVCC_OPENBLAS_OMP) -lopenblas
 else
   NVCC_BLAS_LIBS = -lopenblas

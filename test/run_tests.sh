@@ -38,6 +38,7 @@ run_check() {  # NAME COMMAND...
 }
 
 run_gtest "model vs PyTorch" env OMP_NUM_THREADS=2 test/test_model
+run_gtest "model vs PyTorch, NO_BLAS matmul" env OMP_NUM_THREADS=2 test/test_model_noblas
 run_gtest "file formats" env OMP_NUM_THREADS=2 test/test_formats
 run_gtest "flags, schedules, determinism, training" env OMP_NUM_THREADS=2 test/test_training
 for n in 1 2 3 4; do
