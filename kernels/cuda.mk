@@ -46,12 +46,15 @@ NVCC_TRAIN_LIBS = $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
 CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h)
 
+# GoogleTest from the system, or from GTEST_ROOT (include/, lib/) as a system header directory
+GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/lib) -lgtest -lpthread
+
 test/test_kernels_cuda: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
-	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) -lgtest -lpthread
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 # the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs it)
 test/test_zero_cuda: test/test_zero.cpp test/test_util.h train_gpt.cu $(CUDA_HEADERS)
-	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) -lgtest -lpthread
+	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 train_gpt_cuda: train_gpt.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)

@@ -16,10 +16,8 @@ if [ "${1:-}" = "--pack" ]; then  # on a machine that has GoogleTest: its header
 fi
 START=$SECONDS
 export PATH=$PATH:/usr/local/cuda/bin
-if [ -d .deps ]; then
-    export CPATH=$PWD/.deps/include${CPATH:+:$CPATH} LIBRARY_PATH=$PWD/.deps/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-fi
 MAKE_ARGS=(-j8)
+[ -d .deps ] && MAKE_ARGS+=(GTEST_ROOT="$PWD/.deps")
 command -v mpicxx >/dev/null || MAKE_ARGS+=(NO_MPI=1)
 echo '#include <cblas.h>' | g++ -E -x c++ - >/dev/null 2>&1 || MAKE_ARGS+=(NO_BLAS=1)
 summary=$(mktemp)
@@ -36,15 +34,16 @@ run() {  # NAME COMMAND...: runs, keeps the log, says PASS/FAIL/SKIP
 
 say "gpu_check: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 make "${MAKE_ARGS[@]}" train_gpt test/test_kernels_cuda >/tmp/gpu_check_build.log 2>&1 || { say "FAIL  build"; tail -30 /tmp/gpu_check_build.log; exit 1; }
-make "${MAKE_ARGS[@]}" PRECISION=FP32 -B test/test_kernels_cuda -o train_gpt >/dev/null 2>&1 && cp test/test_kernels_cuda /tmp/test_kernels_cuda_fp32
-make "${MAKE_ARGS[@]}" -B test/test_kernels_cuda -o train_gpt >>/tmp/gpu_check_build.log 2>&1
+make "${MAKE_ARGS[@]}" PRECISION=FP32 -B test/test_kernels_cuda -o train_gpt >>/tmp/gpu_check_build.log 2>&1 &&
+    cp test/test_kernels_cuda /tmp/test_kernels_cuda_fp32 || say "FAIL  build of the fp32 kernel tests"
+make "${MAKE_ARGS[@]}" -B test/test_kernels_cuda -o train_gpt >>/tmp/gpu_check_build.log 2>&1 || say "FAIL  rebuild of the bf16 kernel tests"
 say "built in $((SECONDS - START)) s"
 
 run "kernels+model bf16" test/test_kernels_cuda
 [ -x /tmp/test_kernels_cuda_fp32 ] && run "kernels+model fp32" /tmp/test_kernels_cuda_fp32
 if command -v mpirun >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    make "${MAKE_ARGS[@]}" PRECISION=FP32 test/test_zero_cuda >/dev/null 2>&1
+    make "${MAKE_ARGS[@]}" PRECISION=FP32 -B test/test_zero_cuda -o train_gpt >/dev/null 2>&1
     for n in 2 3; do run "ZeRO 0-3 on $n ranks sharing the GPU (fp32)" mpirun -np $n --oversubscribe test/test_zero_cuda; done
 else
     say "SKIP  ZeRO multi-rank tests (no MPI on this machine)"
