@@ -1,12 +1,14 @@
 // Token shards in llm.c's format: int32 header[256] (magic 20240520, version 1, token count),
 // then uint16 tokens. Files matching a glob pattern are read in sorted order as one stream.
 //
-// With R ranks, micro-batch B and sequence length T, rank r reads window k*R + r of B*T (+1 for
-// the targets) tokens at its k-th call. R ranks with accumulation A therefore see exactly the
-// sequences that one rank with accumulation R*A sees, in the same step.
+// The stream is cut into windows of B*T tokens (+1 for the targets) that never cross a file
+// boundary. With R ranks, rank r reads window k*R + r at its k-th call, wrapping around after the
+// last window. R ranks with accumulation A therefore see exactly the windows that one rank with
+// accumulation R*A sees, in the same steps, also across file boundaries and epochs.
 #pragma once
 #include <glob.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,23 +35,23 @@ inline size_t validate_shard(const std::string& path) {
 
 class DataLoader {
 public:
-    DataLoader(const std::string& pattern, int B, int T, int rank, int world)
-        : B_(B), T_(T), rank_(rank), world_(world) {
+    // vocab: every token must be below it (the model's vocabulary), checked as it is read
+    DataLoader(const std::string& pattern, int B, int T, int rank, int world, int vocab)
+        : window_((size_t)B * T), rank_(rank), world_(world), vocab_(vocab) {
         glob_t g;
         if (glob(pattern.c_str(), 0, nullptr, &g) != 0 || g.gl_pathc == 0)
             fatal(1, "no token shard matches %s", pattern.c_str());
         for (size_t i = 0; i < g.gl_pathc; i++) files_.push_back(g.gl_pathv[i]);
         globfree(&g);
-        const size_t need = (size_t)world * B * T + 1;
         for (const auto& f : files_) {
             size_t n = validate_shard(f);
-            if (n < need)
-                fatal(1, "%s: %zu tokens, too few for %d rank(s) x B=%d x T=%d (need %zu)", f.c_str(), n, world, B, T, need);
+            if (n < window_ + 1) fatal(1, "%s: %zu tokens, too few for one window of B*T+1 = %zu", f.c_str(), n, window_ + 1);
             sizes_.push_back(n);
+            first_window_.push_back(total_windows_);
+            total_windows_ += (n - 1) / window_;
             total_tokens_ += n;
         }
-        buf_.resize((size_t)B * T + 1);
-        reset();
+        buf_.resize(window_ + 1);
     }
     ~DataLoader() { if (file_) fclose(file_); }
     DataLoader(const DataLoader&) = delete;
@@ -59,35 +61,35 @@ public:
     const std::vector<std::string>& files() const { return files_; }
     const std::vector<size_t>& sizes() const { return sizes_; }
 
-    void reset() { open_shard(0); }
+    void reset() { calls_ = 0; }
 
-    // Fills inputs and targets (B*T each) with this rank's next window, moving to the next shard
-    // (and back to the first after the last) when the current one has no full window left.
+    // Fills inputs and targets (B*T each) with this rank's next window.
     void next_batch(int* inputs, int* targets) {
-        const size_t window = (size_t)B_ * T_;
-        if (position_ + window + 1 > sizes_[shard_]) open_shard((shard_ + 1) % files_.size());
-        fseek(file_, (long)(1024 + position_ * sizeof(uint16_t)), SEEK_SET);
-        read_exact(buf_.data(), buf_.size() * sizeof(uint16_t), file_, files_[shard_], "tokens");
-        for (size_t i = 0; i < window; i++) {
+        const size_t w = (calls_++ * world_ + rank_) % total_windows_;
+        size_t shard = std::upper_bound(first_window_.begin(), first_window_.end(), w) - first_window_.begin() - 1;
+        if (file_ == nullptr || shard != shard_) {
+            if (file_) fclose(file_);
+            file_ = open_file(files_[shard], "rb");
+            shard_ = shard;
+        }
+        const size_t position = (w - first_window_[shard]) * window_;
+        fseek(file_, (long)(1024 + position * sizeof(uint16_t)), SEEK_SET);
+        read_exact(buf_.data(), buf_.size() * sizeof(uint16_t), file_, files_[shard], "tokens");
+        for (size_t i = 0; i <= window_; i++)
+            if (buf_[i] >= vocab_)
+                fatal(1, "%s: token %d at position %zu is outside the model's vocabulary of %d", files_[shard].c_str(), buf_[i], position + i, vocab_);
+        for (size_t i = 0; i < window_; i++) {
             inputs[i] = buf_[i];
             targets[i] = buf_[i + 1];
         }
-        position_ += window * world_;
     }
 
 private:
-    void open_shard(size_t index) {
-        if (file_) fclose(file_);
-        shard_ = index;
-        file_ = open_file(files_[shard_], "rb");
-        position_ = (size_t)rank_ * B_ * T_;
-    }
-
-    int B_, T_, rank_, world_;
+    size_t window_;
+    int rank_, world_, vocab_;
     std::vector<std::string> files_;
-    std::vector<size_t> sizes_;
-    size_t total_tokens_ = 0;
-    size_t shard_ = 0, position_ = 0;
+    std::vector<size_t> sizes_, first_window_;
+    size_t total_tokens_ = 0, total_windows_ = 0, calls_ = 0, shard_ = 0;
     FILE* file_ = nullptr;
     std::vector<uint16_t> buf_;
 };

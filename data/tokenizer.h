@@ -21,6 +21,7 @@ public:
         if (header[0] != kTokenizerMagic) fatal(1, "%s: bad magic %u in tokenizer (expected %u)", path.c_str(), header[0], kTokenizerMagic);
         if (header[1] != kTokenizerVersion) fatal(1, "%s: unsupported tokenizer version %u (expected %u)", path.c_str(), header[1], kTokenizerVersion);
         eot_ = (int)header[3];
+        if (header[3] >= header[2]) fatal(1, "%s: end-of-text token %u is outside the vocabulary of %u", path.c_str(), header[3], header[2]);
         tokens_.resize(header[2]);
         for (auto& t : tokens_) {
             unsigned char len;

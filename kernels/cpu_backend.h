@@ -14,6 +14,7 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/residual.h"
+#include "../data/io.h"
 
 struct CpuBackend {
     using floatX = float;  // parameters, activations and gradients
@@ -23,7 +24,7 @@ struct CpuBackend {
     // memory: "device" memory is host memory here
     static void* alloc(size_t bytes) {
         void* p = calloc(bytes ? bytes : 1, 1);
-        if (p == nullptr) abort();
+        if (p == nullptr) fatal(1, "cannot allocate %zu bytes of host memory (model, batch or sequence too large?)", bytes);
         return p;
     }
     static void release(void* p) { free(p); }

@@ -104,8 +104,16 @@ TEST_F(Files, BadShardsFailWithOneLine) {
     ((int32_t*)bad.data())[1] = 2;
     write_bytes(path("version.bin"), bad.data(), bad.size());
     EXPECT_EXIT(validate_shard(path("version.bin")), ExitedWithCode(1), "unsupported token shard version 2 \\(expected 1\\)");
-    EXPECT_EXIT(DataLoader(path("nothing*.bin"), 2, 4, 0, 1), ExitedWithCode(1), "no token shard matches");
-    EXPECT_EXIT(DataLoader(path("good.bin"), 4, 16, 0, 2), ExitedWithCode(1), "too few for 2 rank\\(s\\) x B=4 x T=16");
+    EXPECT_EXIT(DataLoader(path("nothing*.bin"), 2, 4, 0, 1, 50), ExitedWithCode(1), "no token shard matches");
+    EXPECT_EXIT(DataLoader(path("good.bin"), 10, 10, 0, 1, 50), ExitedWithCode(1), "100 tokens, too few for one window of B\\*T\\+1 = 101");
+    // a token the model has no embedding for stops the run before it is used
+    std::vector<uint16_t> tokens(100, 3);
+    tokens[40] = 50;
+    write_shard(path("big.bin"), tokens);
+    DataLoader loader(path("big.bin"), 2, 10, 0, 1, 50);
+    std::vector<int> x(20), y(20);
+    loader.next_batch(x.data(), y.data());
+    EXPECT_EXIT(loader.next_batch(x.data(), y.data()), ExitedWithCode(1), "token 50 at position 40 is outside the model's vocabulary of 50");
 }
 
 // rank r of R reads window k*R + r at its k-th call: R ranks together read what one rank reads
@@ -116,7 +124,7 @@ TEST_F(Files, RanksReadInterleavedWindows) {
     const int B = 2, T = 5, R = 3, W = B * T;
     std::vector<int> x(W), y(W);
     for (int r = 0; r < R; r++) {
-        DataLoader loader(path("a.bin"), B, T, r, R);
+        DataLoader loader(path("a.bin"), B, T, r, R, 1000);
         for (int k = 0; k < 4; k++) {
             loader.next_batch(x.data(), y.data());
             for (int i = 0; i < W; i++) {
@@ -126,16 +134,37 @@ TEST_F(Files, RanksReadInterleavedWindows) {
         }
     }
     // after the last full window of the last shard it starts over
-    DataLoader one(path("a.bin"), B, T, 0, 1);
+    DataLoader one(path("a.bin"), B, T, 0, 1, 1000);
     for (int k = 0; k < 999 / W; k++) one.next_batch(x.data(), y.data());
     one.next_batch(x.data(), y.data());
     EXPECT_EQ(x[0], 0);
 }
 
+// across shard boundaries and epochs too: shards of 5 and 3 windows, 3 ranks, 10 rounds
+TEST_F(Files, RanksTogetherReadWhatOneRankReads) {
+    std::vector<uint16_t> a(5 * 8 + 3), b(3 * 8 + 1);
+    for (size_t i = 0; i < a.size(); i++) a[i] = (uint16_t)i;
+    for (size_t i = 0; i < b.size(); i++) b[i] = (uint16_t)(1000 + i);
+    write_shard(path("d_0.bin"), a);
+    write_shard(path("d_1.bin"), b);
+    const int R = 3, W = 8;
+    DataLoader one(path("d_*.bin"), 2, 4, 0, 1, 2000);
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < R; r++) ranks.push_back(std::make_unique<DataLoader>(path("d_*.bin"), 2, 4, r, R, 2000));
+    std::vector<int> x(W), y(W), xr(W), yr(W);
+    for (int k = 0; k < 10; k++)
+        for (int r = 0; r < R; r++) {
+            one.next_batch(x.data(), y.data());
+            ranks[r]->next_batch(xr.data(), yr.data());
+            ASSERT_EQ(x, xr) << "round " << k << " rank " << r;
+            ASSERT_EQ(y, yr);
+        }
+}
+
 TEST_F(Files, ShardsAreReadInSortedOrder) {
     write_shard(path("s_001.bin"), std::vector<uint16_t>(50, 2));
     write_shard(path("s_000.bin"), std::vector<uint16_t>(50, 1));
-    DataLoader loader(path("s_*.bin"), 2, 10, 0, 1);
+    DataLoader loader(path("s_*.bin"), 2, 10, 0, 1, 50);
     std::vector<int> x(20), y(20);
     loader.next_batch(x.data(), y.data());
     EXPECT_EQ(x[0], 1);
@@ -162,6 +191,10 @@ TEST_F(Files, Tokenizer) {
     write_bytes(path("magic.bin"), raw.data(), raw.size());
     EXPECT_EXIT(Tokenizer(path("magic.bin")), ExitedWithCode(1), "bad magic 1 in tokenizer \\(expected 20240328\\)");
     ((uint32_t*)raw.data())[0] = 20240328;
+    ((uint32_t*)raw.data())[3] = 60000;
+    write_bytes(path("eot.bin"), raw.data(), raw.size());
+    EXPECT_EXIT(Tokenizer(path("eot.bin")), ExitedWithCode(1), "end-of-text token 60000 is outside the vocabulary of 50257");
+    ((uint32_t*)raw.data())[3] = 50256;
     ((uint32_t*)raw.data())[1] = 1;
     write_bytes(path("version.bin"), raw.data(), raw.size());
     EXPECT_EXIT(Tokenizer(path("version.bin")), ExitedWithCode(1), "unsupported tokenizer version 1 \\(expected 2\\)");

@@ -22,10 +22,9 @@
     do {                                                                                        \
         ncclResult_t r_ = (call);                                                               \
         if (r_ != ncclSuccess) {                                                                \
-            fprintf(stderr, "NCCL error at %s:%d: %s (%s)\n", __FILE__, __LINE__,               \
+            fprintf(stderr, "error: NCCL error at %s:%d: %s (%s)\n", __FILE__, __LINE__,        \
                     ncclGetErrorString(r_), #call);                                             \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                       \
-            exit(1);                                                                            \
+            abort_all_ranks(1);                                                                 \
         }                                                                                       \
     } while (0)
 

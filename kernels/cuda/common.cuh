@@ -11,13 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../../data/io.h"  // fatal(): one line, and every rank stops
+
 #define CUDA_CHECK(call)                                                                  \
     do {                                                                                  \
         cudaError_t err_ = (call);                                                        \
         if (err_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "CUDA error at %s:%d: %s (%s)\n", __FILE__, __LINE__,         \
-                    cudaGetErrorString(err_), #call);                                     \
-            exit(1);                                                                      \
+            fatal(1, "CUDA error at %s:%d: %s (%s)", __FILE__, __LINE__,                 \
+                  cudaGetErrorString(err_), #call);                                       \
         }                                                                                 \
     } while (0)
 
@@ -25,9 +26,8 @@
     do {                                                                                  \
         cublasStatus_t st_ = (call);                                                      \
         if (st_ != CUBLAS_STATUS_SUCCESS) {                                               \
-            fprintf(stderr, "cuBLAS error at %s:%d: status %d (%s)\n", __FILE__, __LINE__, \
-                    (int)st_, #call);                                                     \
-            exit(1);                                                                      \
+            fatal(1, "cuBLAS error at %s:%d: status %d (%s)", __FILE__, __LINE__,        \
+                  (int)st_, #call);                                                       \
         }                                                                                 \
     } while (0)
 
