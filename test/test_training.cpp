@@ -97,23 +97,7 @@ TEST(Schedule, ShapesAgreeWithTheirFormulas) {
     EXPECT_NEAR(learning_rate(c, 100, steps), 1.0f - 0.5f * 0.9f, 1e-6);
 }
 
-class Training : public ::testing::Test {
-protected:
-    static TrainConfig tiny(const std::string& data) {
-        TrainConfig cfg;
-        cfg.train_data = data;
-        cfg.init = "L=2,NH=2,C=32,V=64,maxT=32";
-        cfg.output_dir = "";
-        cfg.B = 2;
-        cfg.T = 16;
-        cfg.max_steps = 5;
-        cfg.val_every = 0;
-        cfg.sample_every = 0;
-        cfg.weight_decay = 0.1f;
-        cfg.quiet = 1;
-        return cfg;
-    }
-};
+class Training : public ::testing::Test {};
 
 // no resume, no reuse: two runs from the same seed give the same bits
 TEST_F(Training, SameSeedSameBits) {
@@ -134,7 +118,7 @@ TEST_F(Training, SameSeedSameBits) {
 TEST_F(Training, WritesCheckpointsAndLog) {
     std::string dir = temp_dir();
     write_shard(dir + "/t.bin", random_tokens(5000, 64, 2));
-    TrainConfig cfg = tiny(dir + "/t.bin");
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 5);
     cfg.output_dir = dir + "/out";
     cfg.checkpoint_every = 2;
     std::vector<float> final_params;

@@ -126,10 +126,8 @@ ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::ve
     return run;
 }
 
-// Trains a small model for a few steps on random tokens from `seed`; returns the step records
-// and the final parameters. For determinism checks.
-template <class Backend>
-std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::string& data, long seed, Communicator& comm) {
+// a small model (vocabulary 64) trained for 5 steps on `data`, quietly, with nothing written
+inline TrainConfig tiny_config(const std::string& data, long seed) {
     TrainConfig cfg;
     cfg.train_data = data;
     cfg.init = "L=2,NH=2,C=32,V=64,maxT=32";
@@ -142,6 +140,14 @@ std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::str
     cfg.weight_decay = 0.1f;
     cfg.quiet = 1;
     cfg.seed = seed;
+    return cfg;
+}
+
+// Trains tiny_config(data, seed); returns the step records and the final parameters. For
+// determinism checks.
+template <class Backend>
+std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::string& data, long seed, Communicator& comm) {
+    const TrainConfig cfg = tiny_config(data, seed);
     std::vector<float> params;
     auto records = train<Backend>(cfg, comm, [&](int step, Zero<Backend>& z) {
         if (step == cfg.max_steps - 1) {
