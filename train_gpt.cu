@@ -278,6 +278,7 @@ public:
         Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);
         for (int l = 0; l < L; l++) {
             Tensors p = zero_.params(1 + l);
+            zero_.prefetch(2 + l);  // the next layer's (or the final layernorm's) parameters
             const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
             Backend::layernorm_forward(ln1(l), ln1_stats(l, 0), ln1_stats(l, 1), residual, p[L_LN1W], p[L_LN1B], BT, C);
             Backend::matmul_forward(layer(qkv_, l, 3 * C), ln1(l), p[L_QKVW], p[L_QKVB], BT, C, 3 * C);
@@ -315,6 +316,7 @@ public:
         zero_.grads_done(L + 1);
         for (int l = L - 1; l >= 0; l--) {
             Tensors p = zero_.params(1 + l), g = zero_.grads(1 + l);
+            zero_.prefetch(l);  // the layer below
             const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
             floatX* fch = layer(fch_, l, 4 * C);
             if (recompute_ >= 1) Backend::gelu_forward(fch_gelu(l), fch, (size_t)BT * 4 * C);

@@ -1,6 +1,7 @@
 // The one interface through which ranks talk. zero/ and the training loop call only these; an
 // MPI implementation (host memory, or device memory staged through the host) and an NCCL one
-// (device memory) sit behind it. Every collective is a sum where it reduces, and counts the bytes
+// (device memory) sit behind it. Reduce-scatter and all-gather also come in an asynchronous
+// form, so ZeRO can move one layer while the next is computed. Every collective is a sum where it reduces, and counts the bytes
 // it moves per rank the way the ZeRO paper does: an all-reduce of n elements moves 2n (it is a
 // reduce-scatter plus an all-gather), a reduce-scatter or all-gather over n elements in total
 // moves n.
@@ -29,16 +30,23 @@ public:
         counters_.all_reduce += 2 * n * dtype_size(t);
         do_all_reduce(buf, n, t);
     }
+    // A started collective: until wait(ticket) its buffers must stay untouched and its result
+    // unused. After wait, host code may read a host result, and device work queued afterwards
+    // sees a device result. Ticket 0 is a collective that finished before returning.
+    using Ticket = uint64_t;
     // send holds world*n elements, rank-major; rank r receives the sum of block r in recv[0..n)
-    void reduce_scatter(const void* send, void* recv, size_t n, DType t) {
+    Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t) {
         counters_.reduce_scatter += (size_t)world_ * n * dtype_size(t);
-        do_reduce_scatter(send, recv, n, t);
+        return start_reduce_scatter(send, recv, n, t);
     }
     // every rank gives n elements; recv gets world*n elements, rank-major
-    void all_gather(const void* send, void* recv, size_t n, DType t) {
+    Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) {
         counters_.all_gather += (size_t)world_ * n * dtype_size(t);
-        do_all_gather(send, recv, n, t);
+        return start_all_gather(send, recv, n, t);
     }
+    virtual void wait(Ticket) {}
+    void reduce_scatter(const void* send, void* recv, size_t n, DType t) { wait(reduce_scatter_async(send, recv, n, t)); }
+    void all_gather(const void* send, void* recv, size_t n, DType t) { wait(all_gather_async(send, recv, n, t)); }
     // host memory, from root to all
     void broadcast_host(void* buf, size_t bytes, int root) {
         counters_.broadcast += bytes;
@@ -46,15 +54,13 @@ public:
     }
     // sum of a host scalar over ranks (losses, flags); not counted, it is a few bytes per step
     virtual double all_reduce_host(double x) = 0;
-    // collectives may run on their own stream; this waits until they are done
-    virtual void wait() {}
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
 
 protected:
     virtual void do_all_reduce(void* buf, size_t n, DType t) = 0;
-    virtual void do_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
-    virtual void do_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
+    virtual Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
+    virtual Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
     virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;
     int rank_ = 0, world_ = 1;
     CommCounters counters_;

@@ -1,6 +1,7 @@
 // Communicator over MPI. Buffers are host memory, or device memory that is staged through the
 // host when `stage` functions are given: NCCL refuses two ranks on one GPU, MPI does not care.
-// bf16 sums use a user-defined MPI op since MPI has no bf16 type.
+// bf16 sums use a user-defined MPI op since MPI has no bf16 type. On host memory the asynchronous
+// collectives are MPI's non-blocking ones; staged ones complete before returning.
 #pragma once
 #include <mpi.h>
 
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "comm.h"
@@ -46,19 +48,37 @@ protected:
         MPI_Allreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_);
         stage_out(buf, h, n * dtype_size(t));
     }
-    void do_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
+    Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
+        if (!staged()) {
+            MPI_Request r;
+            MPI_Ireduce_scatter_block(send, recv, count(n, t), mpi_type(t), op(t), comm_, &r);
+            return remember(r);
+        }
         size_t bytes = n * dtype_size(t);
-        void* hs = stage_in(send, world_ * bytes, 0);
-        void* hr = staged() ? stage_buffer(1, bytes) : recv;
-        MPI_Reduce_scatter_block(hs, hr, count(n, t), mpi_type(t), op(t), comm_);
+        void* hr = stage_buffer(1, bytes);
+        MPI_Reduce_scatter_block(stage_in(send, world_ * bytes, 0), hr, count(n, t), mpi_type(t), op(t), comm_);
         stage_out(recv, hr, bytes);
+        return 0;
     }
-    void do_all_gather(const void* send, void* recv, size_t n, DType t) override {
+    Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
+        if (!staged()) {
+            MPI_Request r;
+            MPI_Iallgather(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
+            return remember(r);
+        }
         size_t bytes = n * dtype_size(t);
-        void* hs = stage_in(send, bytes, 0);
-        void* hr = staged() ? stage_buffer(1, world_ * bytes) : recv;
-        MPI_Allgather(hs, count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
+        void* hr = stage_buffer(1, world_ * bytes);
+        MPI_Allgather(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
         stage_out(recv, hr, world_ * bytes);
+        return 0;
+    }
+
+public:
+    void wait(Ticket ticket) override {
+        auto it = pending_.find(ticket);
+        if (it == pending_.end()) return;
+        MPI_Wait(&it->second, MPI_STATUS_IGNORE);
+        pending_.erase(it);
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         MPI_Bcast(buf, count(bytes, DType::F32), MPI_BYTE, root, comm_);
@@ -92,6 +112,10 @@ private:
         for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
     }
 
+    Ticket remember(MPI_Request r) {
+        pending_[++last_ticket_] = r;
+        return last_ticket_;
+    }
     bool staged() const { return to_host_ != nullptr; }
     void* stage_buffer(int which, size_t bytes) {
         if (host_[which].size() < bytes) host_[which].resize(bytes);
@@ -111,4 +135,6 @@ private:
     CopyFn to_host_, from_host_;
     MPI_Op bf16_sum_op_;
     std::vector<char> host_[2];
+    std::map<Ticket, MPI_Request> pending_;
+    Ticket last_ticket_ = 0;
 };

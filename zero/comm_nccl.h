@@ -1,7 +1,9 @@
 // Communicator over NCCL for device buffers, one GPU per rank. MPI starts it (rank 0 makes the
 // ncclUniqueId and broadcasts it) and still carries the host-side calls: scalar all-reduces,
-// broadcasts of host memory, abort. Collectives are queued on the stream the kernels use, so
-// they are ordered with the kernels that produce and consume their buffers without any wait.
+// broadcasts of host memory, abort. Blocking collectives are queued on the kernels' stream, so
+// they are ordered with the kernels that produce and consume their buffers. Asynchronous ones
+// run on a stream of their own, after the work queued so far, and wait(ticket) makes the kernels'
+// stream wait for them, without stopping the host.
 // NCCL refuses two ranks on one GPU: use MpiComm with staging (comm_mpi.h) there.
 // Only for nvcc builds with MPI.
 #pragma once
@@ -14,6 +16,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <vector>
 
 #include "comm.h"
 #include "comm_mpi.h"  // abort_all_ranks
@@ -24,6 +28,16 @@
         if (r_ != ncclSuccess) {                                                                \
             fprintf(stderr, "error: NCCL error at %s:%d: %s (%s)\n", __FILE__, __LINE__,        \
                     ncclGetErrorString(r_), #call);                                             \
+            abort_all_ranks(1);                                                                 \
+        }                                                                                       \
+    } while (0)
+
+#define NCCL_CUDA_CHECK(call)                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "error: CUDA error at %s:%d: %s (%s)\n", __FILE__, __LINE__,        \
+                    cudaGetErrorString(e_), #call);                                             \
             abort_all_ranks(1);                                                                 \
         }                                                                                       \
     } while (0)
@@ -39,8 +53,14 @@ public:
         if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_);
         NCCL_CHECK(ncclCommInitRank(&nccl_, world_, id, rank_));
+        NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     }
-    ~NcclComm() override { ncclCommDestroy(nccl_); }
+    ~NcclComm() override {
+        for (auto& e : events_) cudaEventDestroy(e.second);
+        for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+        cudaStreamDestroy(comm_stream_);
+        ncclCommDestroy(nccl_);
+    }
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
 
@@ -49,11 +69,12 @@ public:
         MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, mpi_);
         return sum;
     }
-    void wait() override {
-        if (cudaStreamSynchronize(stream_) != cudaSuccess) {
-            fprintf(stderr, "error: rank %d: CUDA stream failed during NCCL collectives\n", rank_);
-            abort(1);
-        }
+    void wait(Ticket ticket) override {
+        auto it = events_.find(ticket);
+        if (it == events_.end()) return;
+        NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
+        free_events_.push_back(it->second);
+        events_.erase(it);
     }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
@@ -61,11 +82,15 @@ protected:
     void do_all_reduce(void* buf, size_t n, DType t) override {
         NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, nccl_, stream_));
     }
-    void do_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
-        NCCL_CHECK(ncclReduceScatter(send, recv, n, nccl_type(t), ncclSum, nccl_, stream_));
+    Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
+        after_queued_work();
+        NCCL_CHECK(ncclReduceScatter(send, recv, n, nccl_type(t), ncclSum, nccl_, comm_stream_));
+        return mark_done();
     }
-    void do_all_gather(const void* send, void* recv, size_t n, DType t) override {
-        NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(t), nccl_, stream_));
+    Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
+        after_queued_work();
+        NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(t), nccl_, comm_stream_));
+        return mark_done();
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         if (bytes > (size_t)0x7fffffff) {
@@ -77,8 +102,34 @@ protected:
 
 private:
     static ncclDataType_t nccl_type(DType t) { return t == DType::F32 ? ncclFloat : ncclBfloat16; }
+    cudaEvent_t take_event() {
+        if (free_events_.empty()) {
+            cudaEvent_t e;
+            NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            return e;
+        }
+        cudaEvent_t e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+    }
+    // the collective stream starts after everything the kernels' stream holds so far
+    void after_queued_work() {
+        cudaEvent_t e = take_event();
+        NCCL_CUDA_CHECK(cudaEventRecord(e, stream_));
+        NCCL_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e, 0));
+        free_events_.push_back(e);  // reusable: a recorded event may be recorded again
+    }
+    Ticket mark_done() {
+        cudaEvent_t e = take_event();
+        NCCL_CUDA_CHECK(cudaEventRecord(e, comm_stream_));
+        events_[++last_ticket_] = e;
+        return last_ticket_;
+    }
 
     MPI_Comm mpi_;
-    cudaStream_t stream_;
+    cudaStream_t stream_, comm_stream_ = nullptr;
     ncclComm_t nccl_ = nullptr;
+    std::map<Ticket, cudaEvent_t> events_;
+    std::vector<cudaEvent_t> free_events_;
+    Ticket last_ticket_ = 0;
 };

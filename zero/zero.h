@@ -14,6 +14,11 @@
 // their own, because the tied embedding is used at both ends of the step and its gradient
 // collects from the classifier (first in backward) to the encoder (last). Middle groups alternate
 // between two, so one can be filled while the other is in use.
+//
+// Overlap: at stages 2-3 a group's reduce-scatter starts as soon as its backward is done and runs
+// while the next group is computed; its result is added into the shard when the slot is needed
+// again (or at the step). At stage 3, prefetch(g) starts the gather of the group computed next.
+// Each slot has its own communication buffers, so these never wait on one another.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -57,17 +62,20 @@ public:
         if (Backend::has_master_weights) master_ = alloc<float>(S, &memory_.optimizer);
         adam_m_ = alloc<float>(S, &memory_.optimizer);
         adam_v_ = alloc<float>(S, &memory_.optimizer);
-        if (stage_ >= 1) {
-            rank_major_ = alloc<floatX>((size_t)N * plan_.max_group_shard(), &memory_.comm);
-            own_ = alloc<floatX>(plan_.max_group_shard(), &memory_.comm);
+        size_t slot_size[kSlots] = {}, slot_shard[kSlots] = {};
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            int s = slot_of(g);
+            slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
+            slot_shard[s] = std::max(slot_shard[s], plan_.group(g).shard_size);
         }
-        const int last = plan_.num_groups() - 1;
-        size_t slot_size[kSlots] = {plan_.group(0).size, plan_.group(last).size, 0, 0};
-        for (int g = 1; g < last; g++)
-            slot_size[2] = slot_size[3] = std::max(slot_size[2], plan_.group(g).size);
-        for (int s = 0; s < kSlots; s++) {
+        for (int s = 0; s < kSlots && stage_ >= 1; s++) {
+            rank_major_[s] = alloc<floatX>((size_t)N * slot_shard[s], &memory_.comm);
+            own_[s] = alloc<floatX>(slot_shard[s], &memory_.comm);
             if (stage_ >= 2) bucket_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
-            if (stage_ == 3) slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
+            if (stage_ == 3) {
+                slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
+                gathered_[s] = alloc<floatX>((size_t)N * slot_shard[s], &memory_.comm);
+            }
         }
         norm_acc_ = alloc<float>(1, &memory_.comm);
     }
@@ -114,17 +122,26 @@ public:
     }
 
     // Parameters of group g, ready for the kernels. At stage 3 this all-gathers them unless the
-    // group's slot already holds them.
+    // group's slot already holds them (or waits for the gather prefetch() started).
     Tensors params(int g) {
         const auto& group = plan_.group(g);
         if (stage_ <= 2) return tensors_at(params_full_, group, full_offset);
         int s = slot_of(g);
         if (slot_group_[s] != g) {
-            comm_.all_gather(param_shard_ + group.shard_offset, rank_major_, group.shard_size, dtype_);
-            unpack(slot_[s], group, group_offset);
+            if (gathering_group_[s] != g) start_gather(g);
+            comm_.wait(gather_ticket_[s]);
+            gathering_group_[s] = -1;
+            unpack(slot_[s], gathered_[s], group, group_offset);
             slot_group_[s] = g;
         }
         return tensors_at(slot_[s], group, group_offset);
+    }
+    // Stage 3: start gathering group g (if it exists and is not already there) while the caller
+    // computes with another slot's group.
+    void prefetch(int g) {
+        if (stage_ != 3 || g < 0 || g >= plan_.num_groups()) return;
+        int s = slot_of(g);
+        if (slot_group_[s] != g && gathering_group_[s] != g) start_gather(g);
     }
 
     // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
@@ -143,9 +160,10 @@ public:
         if (stage_ <= 1) return;
         const auto& group = plan_.group(g);
         int s = slot_of(g);
-        pack(bucket_[s], group, group_offset);
-        comm_.reduce_scatter(rank_major_, own_, group.shard_size, dtype_);
-        Backend::accumulate(grad_shard_ + group.shard_offset, own_, group.shard_size);
+        finish_reduce(s);  // the slot's buffers carry the previous group's reduce-scatter
+        pack(rank_major_[s], bucket_[s], group, group_offset);
+        reduce_ticket_[s] = comm_.reduce_scatter_async(rank_major_[s], own_[s], group.shard_size, dtype_);
+        reducing_group_[s] = g;
         bucket_group_[s] = -1;
     }
 
@@ -160,9 +178,13 @@ public:
     // Reduce what is left to reduce, clip by the global norm, update this rank's shard with
     // AdamW and share the new parameters. Returns the gradient norm before clipping.
     float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
+        for (int s = 0; s < kSlots; s++) {
+            finish_reduce(s);
+            if (gathering_group_[s] >= 0) comm_.wait(gather_ticket_[s]);  // of parameters about to change
+            gathering_group_[s] = -1;
+        }
         if (stage_ == 0 && comm_.world() > 1) comm_.all_reduce(grads_full_, plan_.total(), dtype_);
-        if (stage_ == 1)
-            for (int g = 0; g < plan_.num_groups(); g++) reduce_scatter_full_grads(plan_.group(g));
+        if (stage_ == 1) reduce_scatter_full_grads();
 
         Backend::zero(norm_acc_, sizeof(float));
         for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
@@ -184,8 +206,7 @@ public:
                                   seed ^ (0x9E3779B9u * ++index));
         });
 
-        if (stage_ == 1 || stage_ == 2)
-            for (int g = 0; g < plan_.num_groups(); g++) all_gather_full_params(plan_.group(g));
+        if (stage_ == 1 || stage_ == 2) all_gather_full_params();
         invalidate_slots();
         return norm;
     }
@@ -207,6 +228,21 @@ private:
         allocations_.push_back(p);
         *category += n * sizeof(T);
         return (T*)p;
+    }
+    void start_gather(int g) {
+        const auto& group = plan_.group(g);
+        int s = slot_of(g);
+        if (gathering_group_[s] >= 0) comm_.wait(gather_ticket_[s]);  // an unused prefetch
+        gather_ticket_[s] = comm_.all_gather_async(param_shard_ + group.shard_offset, gathered_[s], group.shard_size, dtype_);
+        gathering_group_[s] = g;
+    }
+    // adds the slot's finished reduce-scatter, if one is outstanding, into the gradient shard
+    void finish_reduce(int s) {
+        if (reducing_group_[s] < 0) return;
+        const auto& group = plan_.group(reducing_group_[s]);
+        comm_.wait(reduce_ticket_[s]);
+        Backend::accumulate(grad_shard_ + group.shard_offset, own_[s], group.shard_size);
+        reducing_group_[s] = -1;
     }
     int slot_of(int g) const {
         int last = plan_.num_groups() - 1;
@@ -236,10 +272,10 @@ private:
     // Tensors of group g (tensor t at base + offset_of(t)) -> rank-major buffer: row r holds
     // every tensor's chunk r, zero-padded.
     template <class OffsetOf>
-    void pack(const floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
+    void pack(floatX* rank_major, const floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
         const size_t X = sizeof(floatX);
         for (const auto& t : g.tensors) {
-            floatX* dst = rank_major_ + (t.shard_offset - g.shard_offset);
+            floatX* dst = rank_major + (t.shard_offset - g.shard_offset);
             const floatX* src = base + offset_of(t);
             for_rows(t, [&](int r0, int rows, size_t len) {
                 if (len == t.chunk) {
@@ -253,10 +289,10 @@ private:
     }
     // rank-major buffer -> tensors of group g at base + offset_of(t), padding dropped
     template <class OffsetOf>
-    void unpack(floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
+    void unpack(floatX* base, const floatX* rank_major, const PartitionPlan::Group& g, OffsetOf offset_of) {
         const size_t X = sizeof(floatX);
         for (const auto& t : g.tensors) {
-            const floatX* src = rank_major_ + (t.shard_offset - g.shard_offset);
+            const floatX* src = rank_major + (t.shard_offset - g.shard_offset);
             floatX* dst = base + offset_of(t);
             for_rows(t, [&](int r0, int rows, size_t len) {
                 if (len > 0)
@@ -273,19 +309,50 @@ private:
         for (int r = full; r < N; r++) f(r, 1, PartitionPlan::valid(t, r));
     }
 
-    void reduce_scatter_full_grads(const PartitionPlan::Group& g) {
-        const size_t X = sizeof(floatX);
-        pack(grads_full_, g, full_offset);
-        comm_.reduce_scatter(rank_major_, own_, g.shard_size, dtype_);
-        for (const auto& t : g.tensors)
-            Backend::copy(grad_of(t), own_ + (t.shard_offset - g.shard_offset), PartitionPlan::valid(t, rank_) * X);
+    // One collective per group, in group order: start(group, slot) begins it and returns its
+    // ticket, finish(group, slot) uses its result. A slot's next collective starts once its
+    // previous one is finished, so packing one group overlaps the transfer of the one before.
+    template <class Start, class Finish>
+    void for_each_group_pipelined(Start start, Finish finish) {
+        int pending[kSlots] = {-1, -1, -1, -1};
+        Communicator::Ticket ticket[kSlots] = {};
+        auto drain = [&](int s) {
+            if (pending[s] < 0) return;
+            comm_.wait(ticket[s]);
+            finish(plan_.group(pending[s]), s);
+            pending[s] = -1;
+        };
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            int s = slot_of(g);
+            drain(s);
+            ticket[s] = start(plan_.group(g), s);
+            pending[s] = g;
+        }
+        for (int s = 0; s < kSlots; s++) drain(s);
     }
-    void all_gather_full_params(const PartitionPlan::Group& g) {
+    // stage 1: the full gradient -> this rank's chunks of it, summed over ranks, in place
+    void reduce_scatter_full_grads() {
         const size_t X = sizeof(floatX);
-        for (const auto& t : g.tensors)
-            Backend::copy(own_ + (t.shard_offset - g.shard_offset), param_of(t), PartitionPlan::valid(t, rank_) * X);
-        comm_.all_gather(own_, rank_major_, g.shard_size, dtype_);
-        unpack(params_full_, g, full_offset);
+        for_each_group_pipelined(
+            [&](const PartitionPlan::Group& g, int s) {
+                pack(rank_major_[s], grads_full_, g, full_offset);
+                return comm_.reduce_scatter_async(rank_major_[s], own_[s], g.shard_size, dtype_);
+            },
+            [&](const PartitionPlan::Group& g, int s) {
+                for (const auto& t : g.tensors)
+                    Backend::copy(grad_of(t), own_[s] + (t.shard_offset - g.shard_offset), PartitionPlan::valid(t, rank_) * X);
+            });
+    }
+    // stages 1-2: every rank's updated chunks -> the full parameters
+    void all_gather_full_params() {
+        const size_t X = sizeof(floatX);
+        for_each_group_pipelined(
+            [&](const PartitionPlan::Group& g, int s) {
+                for (const auto& t : g.tensors)
+                    Backend::copy(own_[s] + (t.shard_offset - g.shard_offset), param_of(t), PartitionPlan::valid(t, rank_) * X);
+                return comm_.all_gather_async(own_[s], rank_major_[s], g.shard_size, dtype_);
+            },
+            [&](const PartitionPlan::Group& g, int s) { unpack(params_full_, rank_major_[s], g, full_offset); });
     }
 
     int stage_;
@@ -298,9 +365,18 @@ private:
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;
     floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
     float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;
-    floatX *rank_major_ = nullptr, *own_ = nullptr;
+    // per slot: a rank-major buffer (world x group shard) and this rank's block, for the
+    // collectives; at stages 2-3 the gradient bucket, at stage 3 the gathered parameters
+    floatX* rank_major_[kSlots] = {};
+    floatX* own_[kSlots] = {};
     floatX* bucket_[kSlots] = {};
     floatX* slot_[kSlots] = {};
+    floatX* gathered_[kSlots] = {};
+    // which group each slot's parts hold or are receiving (-1: none)
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
+    int gathering_group_[kSlots] = {-1, -1, -1, -1};
+    int reducing_group_[kSlots] = {-1, -1, -1, -1};
+    Communicator::Ticket gather_ticket_[kSlots] = {};
+    Communicator::Ticket reduce_ticket_[kSlots] = {};
 };
