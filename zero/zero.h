@@ -19,6 +19,10 @@
 // while the next group is computed; its result is added into the shard when the slot is needed
 // again (or at the step). At stage 3, prefetch(g) starts the gather of the group computed next.
 // Each slot has its own communication buffers, so these never wait on one another.
+//
+// Pieces: a collective moves at most one layer's shard at a time; a larger group (the
+// embedding) goes in several pieces, so the communication buffers are sized by a layer, not by
+// the vocabulary.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -62,19 +66,22 @@ public:
         if (Backend::has_master_weights) master_ = alloc<float>(S, &memory_.optimizer);
         adam_m_ = alloc<float>(S, &memory_.optimizer);
         adam_v_ = alloc<float>(S, &memory_.optimizer);
-        size_t slot_size[kSlots] = {}, slot_shard[kSlots] = {};
+        const int last = plan_.num_groups() - 1;
+        for (int g = 1; g < last; g++) piece_ = std::max(piece_, plan_.group(g).shard_size);
+        if (piece_ == 0) piece_ = std::max(plan_.group(0).shard_size, plan_.group(last).shard_size);
+        size_t slot_size[kSlots] = {}, slot_piece[kSlots] = {};
         for (int g = 0; g < plan_.num_groups(); g++) {
             int s = slot_of(g);
             slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
-            slot_shard[s] = std::max(slot_shard[s], plan_.group(g).shard_size);
+            slot_piece[s] = std::max(slot_piece[s], std::min(piece_, plan_.group(g).shard_size));
         }
         for (int s = 0; s < kSlots && stage_ >= 1; s++) {
-            rank_major_[s] = alloc<floatX>((size_t)N * slot_shard[s], &memory_.comm);
-            own_[s] = alloc<floatX>(slot_shard[s], &memory_.comm);
+            rank_major_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
+            own_[s] = alloc<floatX>(slot_piece[s], &memory_.comm);
             if (stage_ >= 2) bucket_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
             if (stage_ == 3) {
                 slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
-                gathered_[s] = alloc<floatX>((size_t)N * slot_shard[s], &memory_.comm);
+                gathered_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
             }
         }
         norm_acc_ = alloc<float>(1, &memory_.comm);
@@ -128,20 +135,24 @@ public:
         if (stage_ <= 2) return tensors_at(params_full_, group, full_offset);
         int s = slot_of(g);
         if (slot_group_[s] != g) {
-            if (gathering_group_[s] != g) start_gather(g);
-            comm_.wait(gather_ticket_[s]);
-            gathering_group_[s] = -1;
-            unpack(slot_[s], gathered_[s], group, group_offset);
+            // the last (or only) piece may have been started by prefetch()
+            for (size_t lo = 0; lo < group.shard_size; lo += piece_) {
+                const size_t hi = std::min(group.shard_size, lo + piece_);
+                if (gathering_group_[s] != g || gathering_lo_[s] != lo) start_gather(g, lo);
+                comm_.wait(gather_ticket_[s]);
+                gathering_group_[s] = -1;
+                unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
+            }
             slot_group_[s] = g;
         }
         return tensors_at(slot_[s], group, group_offset);
     }
-    // Stage 3: start gathering group g (if it exists and is not already there) while the caller
-    // computes with another slot's group.
+    // Stage 3: start gathering group g (if it exists, is not already there and goes in one
+    // piece) while the caller computes with another slot's group.
     void prefetch(int g) {
-        if (stage_ != 3 || g < 0 || g >= plan_.num_groups()) return;
+        if (stage_ != 3 || g < 0 || g >= plan_.num_groups() || plan_.group(g).shard_size > piece_) return;
         int s = slot_of(g);
-        if (slot_group_[s] != g && gathering_group_[s] != g) start_gather(g);
+        if (slot_group_[s] != g && gathering_group_[s] != g) start_gather(g, 0);
     }
 
     // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
@@ -160,10 +171,17 @@ public:
         if (stage_ <= 1) return;
         const auto& group = plan_.group(g);
         int s = slot_of(g);
-        finish_reduce(s);  // the slot's buffers carry the previous group's reduce-scatter
-        pack(rank_major_[s], bucket_[s], group, group_offset);
-        reduce_ticket_[s] = comm_.reduce_scatter_async(rank_major_[s], own_[s], group.shard_size, dtype_);
-        reducing_group_[s] = g;
+        // piece by piece through the slot's buffers; the last piece finishes while the caller
+        // computes on, and is added into the shard when the buffers are needed again
+        for (size_t lo = 0; lo < group.shard_size; lo += piece_) {
+            const size_t hi = std::min(group.shard_size, lo + piece_);
+            finish_reduce(s);
+            pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
+            reduce_ticket_[s] = comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_);
+            reducing_group_[s] = g;
+            reducing_lo_[s] = lo;
+            reducing_hi_[s] = hi;
+        }
         bucket_group_[s] = -1;
     }
 
@@ -229,19 +247,22 @@ private:
         *category += n * sizeof(T);
         return (T*)p;
     }
-    void start_gather(int g) {
+    // gathers the piece of group g that starts at lo (of its shard) into the slot's buffer
+    void start_gather(int g, size_t lo) {
         const auto& group = plan_.group(g);
         int s = slot_of(g);
         if (gathering_group_[s] >= 0) comm_.wait(gather_ticket_[s]);  // an unused prefetch
-        gather_ticket_[s] = comm_.all_gather_async(param_shard_ + group.shard_offset, gathered_[s], group.shard_size, dtype_);
+        const size_t len = std::min(group.shard_size - lo, piece_);
+        gather_ticket_[s] = comm_.all_gather_async(param_shard_ + group.shard_offset + lo, gathered_[s], len, dtype_);
         gathering_group_[s] = g;
+        gathering_lo_[s] = lo;
     }
     // adds the slot's finished reduce-scatter, if one is outstanding, into the gradient shard
     void finish_reduce(int s) {
         if (reducing_group_[s] < 0) return;
         const auto& group = plan_.group(reducing_group_[s]);
         comm_.wait(reduce_ticket_[s]);
-        Backend::accumulate(grad_shard_ + group.shard_offset, own_[s], group.shard_size);
+        Backend::accumulate(grad_shard_ + group.shard_offset + reducing_lo_[s], own_[s], reducing_hi_[s] - reducing_lo_[s]);
         reducing_group_[s] = -1;
     }
     int slot_of(int g) const {
@@ -269,90 +290,112 @@ private:
             }
     }
 
-    // Tensors of group g (tensor t at base + offset_of(t)) -> rank-major buffer: row r holds
-    // every tensor's chunk r, zero-padded.
-    template <class OffsetOf>
-    void pack(floatX* rank_major, const floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
-        const size_t X = sizeof(floatX);
-        for (const auto& t : g.tensors) {
-            floatX* dst = rank_major + (t.shard_offset - g.shard_offset);
-            const floatX* src = base + offset_of(t);
-            for_rows(t, [&](int r0, int rows, size_t len) {
-                if (len == t.chunk) {
-                    Backend::copy2d(dst + r0 * g.shard_size, g.shard_size * X, src + r0 * t.chunk, t.chunk * X, len * X, rows);
-                    return;
-                }
-                Backend::copy(dst + r0 * g.shard_size, src + r0 * t.chunk, len * X);
-                Backend::zero(dst + r0 * g.shard_size + len, (t.chunk - len) * X);
-            });
-        }
-    }
-    // rank-major buffer -> tensors of group g at base + offset_of(t), padding dropped
-    template <class OffsetOf>
-    void unpack(floatX* base, const floatX* rank_major, const PartitionPlan::Group& g, OffsetOf offset_of) {
-        const size_t X = sizeof(floatX);
-        for (const auto& t : g.tensors) {
-            const floatX* src = rank_major + (t.shard_offset - g.shard_offset);
-            floatX* dst = base + offset_of(t);
-            for_rows(t, [&](int r0, int rows, size_t len) {
-                if (len > 0)
-                    Backend::copy2d(dst + r0 * t.chunk, t.chunk * X, src + r0 * g.shard_size, g.shard_size * X, len * X, rows);
-            });
-        }
-    }
-    // calls f(first_rank, rows, valid_len) for the run of full chunks, then each partial one
+    // Calls f(t, a, v_lo, len) for each tensor t of group g overlapping the piece [lo, hi) of
+    // the group's shard: a is where the overlap starts within t's chunk, len its length.
     template <class F>
-    void for_rows(const PartitionPlan::Tensor& t, F f) {
+    static void for_each_in_piece(const PartitionPlan::Group& g, size_t lo, size_t hi, F f) {
+        for (const auto& t : g.tensors) {
+            const size_t t_lo = t.shard_offset - g.shard_offset;
+            const size_t a = std::max(lo, t_lo), b = std::min(hi, t_lo + t.chunk);
+            if (a < b) f(t, a - t_lo, a - lo, b - a);
+        }
+    }
+    // Elements [c0, c0 + len) of every rank's chunk of t: calls f(first_rank, rows, valid) for
+    // the run of ranks where all len are real parameters, then each remaining rank alone.
+    template <class F>
+    void for_rows(const PartitionPlan::Tensor& t, size_t c0, size_t len, F f) {
         const int N = plan_.world();
-        int full = t.chunk ? (int)std::min<size_t>(N, t.slice.n / t.chunk) : 0;
-        if (full > 0) f(0, full, t.chunk);
-        for (int r = full; r < N; r++) f(r, 1, PartitionPlan::valid(t, r));
+        const size_t n = t.slice.n;
+        int full = n >= c0 + len ? (int)std::min<size_t>(N, (n - c0 - len) / t.chunk + 1) : 0;
+        if (full > 0) f(0, full, len);
+        for (int r = full; r < N; r++) {
+            size_t start = std::min(n, r * t.chunk + c0);
+            f(r, 1, std::min(len, n - start));
+        }
+    }
+    // Tensors of group g (tensor t at base + offset_of(t)) -> rank-major buffer holding, row by
+    // row, every rank's piece [lo, hi) of the group shard, padding zeroed.
+    template <class OffsetOf>
+    void pack(floatX* rank_major, const floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of, size_t lo, size_t hi) {
+        const size_t X = sizeof(floatX), w = hi - lo;
+        for_each_in_piece(g, lo, hi, [&](const PartitionPlan::Tensor& t, size_t c0, size_t at, size_t len) {
+            floatX* dst = rank_major + at;
+            const floatX* src = base + offset_of(t) + c0;
+            for_rows(t, c0, len, [&](int r0, int rows, size_t valid) {
+                if (valid > 0) Backend::copy2d(dst + r0 * w, w * X, src + r0 * t.chunk, t.chunk * X, valid * X, rows);
+                if (valid < len) Backend::zero(dst + r0 * w + valid, (len - valid) * X);
+            });
+        });
+    }
+    // rank-major buffer of pieces [lo, hi) -> tensors of group g at base + offset_of(t)
+    template <class OffsetOf>
+    void unpack(floatX* base, const floatX* rank_major, const PartitionPlan::Group& g, OffsetOf offset_of, size_t lo, size_t hi) {
+        const size_t X = sizeof(floatX), w = hi - lo;
+        for_each_in_piece(g, lo, hi, [&](const PartitionPlan::Tensor& t, size_t c0, size_t at, size_t len) {
+            const floatX* src = rank_major + at;
+            floatX* dst = base + offset_of(t) + c0;
+            for_rows(t, c0, len, [&](int r0, int rows, size_t valid) {
+                if (valid > 0) Backend::copy2d(dst + r0 * t.chunk, t.chunk * X, src + r0 * w, w * X, valid * X, rows);
+            });
+        });
+    }
+    // this rank's piece [lo, hi) <-> its chunks of the tensors (only the real parameters move)
+    template <class Of>
+    void copy_own_piece(floatX* piece, const PartitionPlan::Group& g, size_t lo, size_t hi, Of of, bool to_piece) {
+        const size_t X = sizeof(floatX);
+        for_each_in_piece(g, lo, hi, [&](const PartitionPlan::Tensor& t, size_t c0, size_t at, size_t len) {
+            size_t valid = PartitionPlan::valid(t, rank_);
+            if (valid <= c0) return;
+            len = std::min(len, valid - c0);
+            if (to_piece) Backend::copy(piece + at, of(t) + c0, len * X);
+            else Backend::copy(of(t) + c0, piece + at, len * X);
+        });
     }
 
-    // One collective per group, in group order: start(group, slot) begins it and returns its
-    // ticket, finish(group, slot) uses its result. A slot's next collective starts once its
-    // previous one is finished, so packing one group overlaps the transfer of the one before.
+    // One collective per piece, in group order: start(group, slot, lo, hi) begins it and returns
+    // its ticket, finish(group, slot, lo, hi) uses its result. A slot's next collective starts
+    // once its previous one is finished, so packing one overlaps the transfer of the one before.
     template <class Start, class Finish>
-    void for_each_group_pipelined(Start start, Finish finish) {
-        int pending[kSlots] = {-1, -1, -1, -1};
-        Communicator::Ticket ticket[kSlots] = {};
+    void for_each_piece_pipelined(Start start, Finish finish) {
+        struct Pending { int g = -1; size_t lo = 0, hi = 0; Communicator::Ticket ticket = 0; };
+        Pending pending[kSlots];
         auto drain = [&](int s) {
-            if (pending[s] < 0) return;
-            comm_.wait(ticket[s]);
-            finish(plan_.group(pending[s]), s);
-            pending[s] = -1;
+            Pending& p = pending[s];
+            if (p.g < 0) return;
+            comm_.wait(p.ticket);
+            finish(plan_.group(p.g), s, p.lo, p.hi);
+            p.g = -1;
         };
         for (int g = 0; g < plan_.num_groups(); g++) {
-            int s = slot_of(g);
-            drain(s);
-            ticket[s] = start(plan_.group(g), s);
-            pending[s] = g;
+            const auto& group = plan_.group(g);
+            const int s = slot_of(g);
+            for (size_t lo = 0; lo < group.shard_size; lo += piece_) {
+                const size_t hi = std::min(group.shard_size, lo + piece_);
+                drain(s);
+                pending[s] = {g, lo, hi, start(group, s, lo, hi)};
+            }
         }
         for (int s = 0; s < kSlots; s++) drain(s);
     }
     // stage 1: the full gradient -> this rank's chunks of it, summed over ranks, in place
     void reduce_scatter_full_grads() {
-        const size_t X = sizeof(floatX);
-        for_each_group_pipelined(
-            [&](const PartitionPlan::Group& g, int s) {
-                pack(rank_major_[s], grads_full_, g, full_offset);
-                return comm_.reduce_scatter_async(rank_major_[s], own_[s], g.shard_size, dtype_);
+        auto grad = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
+        for_each_piece_pipelined(
+            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) {
+                pack(rank_major_[s], grads_full_, g, full_offset, lo, hi);
+                return comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_);
             },
-            [&](const PartitionPlan::Group& g, int s) {
-                for (const auto& t : g.tensors)
-                    Backend::copy(grad_of(t), own_[s] + (t.shard_offset - g.shard_offset), PartitionPlan::valid(t, rank_) * X);
-            });
+            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) { copy_own_piece(own_[s], g, lo, hi, grad, false); });
     }
     // stages 1-2: every rank's updated chunks -> the full parameters
     void all_gather_full_params() {
-        const size_t X = sizeof(floatX);
-        for_each_group_pipelined(
-            [&](const PartitionPlan::Group& g, int s) {
-                for (const auto& t : g.tensors)
-                    Backend::copy(own_[s] + (t.shard_offset - g.shard_offset), param_of(t), PartitionPlan::valid(t, rank_) * X);
-                return comm_.all_gather_async(own_[s], rank_major_[s], g.shard_size, dtype_);
+        auto param = [&](const PartitionPlan::Tensor& t) { return param_of(t); };
+        for_each_piece_pipelined(
+            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) {
+                copy_own_piece(own_[s], g, lo, hi, param, true);
+                return comm_.all_gather_async(own_[s], rank_major_[s], hi - lo, dtype_);
             },
-            [&](const PartitionPlan::Group& g, int s) { unpack(params_full_, rank_major_[s], g, full_offset); });
+            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) { unpack(params_full_, rank_major_[s], g, full_offset, lo, hi); });
     }
 
     int stage_;
@@ -377,6 +420,9 @@ private:
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
     int gathering_group_[kSlots] = {-1, -1, -1, -1};
     int reducing_group_[kSlots] = {-1, -1, -1, -1};
+    size_t gathering_lo_[kSlots] = {};                   // which piece, of the group's shard
+    size_t reducing_lo_[kSlots] = {}, reducing_hi_[kSlots] = {};
+    size_t piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
     Communicator::Ticket gather_ticket_[kSlots] = {};
     Communicator::Ticket reduce_ticket_[kSlots] = {};
 };
