@@ -55,6 +55,19 @@ TEST(Flags, BadValuesExitWithCode2) {
     EXPECT_EXIT(config_from_descriptor("L=2,NH=3,C=8", new GPT2Config), ExitedWithCode(2), "C=8 is not a multiple of NH=3");
 }
 
+// every numeric flag refuses a value just outside its range, and a non-number
+TEST(Flags, EveryNumericFlagIsRangeChecked) {
+    for (const Flag& f : kFlags) {
+        if (f.kind == 's') continue;
+        char below[32], above[32];
+        snprintf(below, sizeof(below), f.kind == 'f' ? "%.9g" : "%.0f", f.min - (f.kind == 'f' ? std::max(1e-6, std::fabs(f.min) * 1e-3) : 1));
+        snprintf(above, sizeof(above), f.kind == 'f' ? "%.9g" : "%.0f", f.max + (f.kind == 'f' ? std::max(1e-6, std::fabs(f.max) * 1e-3) : 1));
+        EXPECT_EXIT(parse({f.long_name, below}), ExitedWithCode(2), "expected") << f.long_name << " " << below;
+        EXPECT_EXIT(parse({f.long_name, above}), ExitedWithCode(2), "expected") << f.long_name << " " << above;
+        EXPECT_EXIT(parse({f.long_name, "abc"}), ExitedWithCode(2), "expected") << f.long_name;
+    }
+}
+
 // every flag the usage table lists is accepted by the parser, and nothing else is
 TEST(Flags, HelpListsWhatTheParserAccepts) {
     char* text = nullptr;
@@ -110,6 +123,24 @@ TEST_F(Training, SameSeedSameBits) {
     EXPECT_EQ(0, memcmp(a.first.data(), b.first.data(), a.first.size() * sizeof(StepRecord)));
     EXPECT_EQ(a.second, b.second);
     EXPECT_NE(a.second, c.second) << "a different seed must give a different model";
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// -a 1 trains on the first batch only: a small model learns it almost by heart
+TEST_F(Training, OverfitsOneBatch) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 3));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 1);
+    cfg.overfit = 1;
+    cfg.max_steps = 60;
+    cfg.lr = 1e-2f;
+    cfg.weight_decay = 0.0f;
+    std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm());
+    EXPECT_GT(r.front().loss, 4.0f);  // about ln(64) at the start
+    EXPECT_LT(r.back().loss, 0.5f) << "random tokens can only be learned by memorising one batch";
+    cfg.overfit = 0;
+    std::vector<StepRecord> fresh = train<CpuBackend>(cfg, single_comm());
+    EXPECT_GT(fresh.back().loss, 3.0f) << "without -a the batches change and random tokens stay unpredictable";
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
