@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     floatX *Ps = sm.square_x(), *dSs = sm.square_x();
     float *Ss = sm.square_f(), *dPs = sm.square_f(), *dKs = sm.rows_o(), *dVs = sm.rows_o();
     float *lse_s = sm.vec(), *delta_s = sm.vec();
-    const int kt = gridDim.x - 1 - blockIdx.x;  // low key tiles see the most queries: start them first
+    const int kt = blockIdx.x;  // low key tiles see the most queries: blocks start in index order
     const int h = blockIdx.y, b = blockIdx.z, k0 = kt * tile;
     const size_t C3 = (size_t)3 * C, bh_off = ((size_t)b * NH + h) * T;
     const floatX* base = qkv + (size_t)b * T * C3 + h * hs;
