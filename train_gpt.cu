@@ -564,6 +564,47 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     comm.abort(1);
 }
 
+// mean loss of this rank's first `batches` batches from `data`
+template <class Backend>
+double mean_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    data.reset();
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        data.next_batch(inputs.data(), targets.data());
+        sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f);
+    }
+    return sum / batches;
+}
+
+// n tokens sampled one by one after an end-of-text token, from the model's softmax; rng is an
+// xorshift state, so every rank draws the same tokens
+template <class Backend>
+std::string sample_text(GPT2<Backend>& model, const Tokenizer& tokenizer, int n, int T, uint64_t* rng) {
+    const int V = model.config().vocab_size;
+    std::vector<int> tokens(T, tokenizer.eot());
+    std::vector<float> probs(V);
+    std::string text;
+    for (int t = 1; t <= n; t++) {
+        model.forward(tokens.data(), nullptr, 1, t, 0.0f);
+        model.logits_at(t - 1, probs.data());
+        const float maxval = *std::max_element(probs.begin(), probs.end());
+        double sum = 0.0;
+        for (float& x : probs) sum += (x = expf(x - maxval));  // unnormalised: the coin scales instead
+        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+        double coin = (*rng >> 11) * (1.0 / 9007199254740992.0) * sum, cdf = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++)
+            if ((cdf += probs[v]) > coin) {
+                next = v;
+                break;
+            }
+        tokens[t] = next;
+        text += tokenizer.printable(next);
+    }
+    return text;
+}
+
 template <class Backend>
 std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
     const int rank = comm.rank(), world = comm.world();
@@ -632,36 +673,13 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     for (int step = 0; step < max_steps; step++) {
         const bool last = step == max_steps - 1;
         if (val_data && (step % cfg.val_every == 0 || last)) {
-            val_data->reset();
-            double sum = 0.0;
-            for (int i = 0; i < cfg.val_steps; i++) {
-                val_data->next_batch(inputs.data(), targets.data());
-                sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f);
-            }
-            float val_loss = (float)(comm.all_reduce_host(sum / cfg.val_steps) / world);
+            float val_loss = (float)(comm.all_reduce_host(mean_loss(model, *val_data, cfg.val_steps, B, T)) / world);
             if (chatty) printf("val loss %.6f\n", val_loss);
             if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
         }
         if (tokenizer && step > 0 && (step % cfg.sample_every == 0 || last)) {
             // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
-            std::vector<int> tokens(T, tokenizer->eot());
-            std::vector<float> logits(mc.vocab_size);
-            std::string text;
-            const int n = std::min(cfg.gen_len, T - 1);
-            for (int t = 1; t <= n; t++) {
-                model.forward(tokens.data(), nullptr, 1, t, 0.0f);
-                model.logits_at(t - 1, logits.data());
-                float maxval = *std::max_element(logits.begin(), logits.end());
-                double sum = 0.0;
-                for (float& x : logits) sum += (x = expf(x - maxval));
-                sample_rng ^= sample_rng << 13, sample_rng ^= sample_rng >> 7, sample_rng ^= sample_rng << 17;
-                double coin = (sample_rng >> 11) * (1.0 / 9007199254740992.0) * sum, cdf = 0.0;
-                int next = mc.vocab_size - 1;
-                for (int v = 0; v < mc.vocab_size; v++)
-                    if ((cdf += logits[v]) > coin) { next = v; break; }
-                tokens[t] = next;
-                text += tokenizer->printable(next);
-            }
+            std::string text = sample_text(model, *tokenizer, std::min(cfg.gen_len, T - 1), T, &sample_rng);
             if (chatty) printf("generating:\n---\n%s\n---\n", text.c_str());
         }
 
