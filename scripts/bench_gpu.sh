@@ -33,3 +33,17 @@ bench() {  # DESC B STEPS RECOMPUTE
 bench d12 64 30 0
 bench d24 32 20 0
 bench d48 16 10 2
+
+# ZeRO stages on one GPU shared by 2 ranks (MPI, staged through host memory): relative figures
+# only, since the staging costs what NCCL between GPUs would not
+if command -v mpirun >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    base=""
+    for z in 0 1 2 3; do
+        ms=$(mpirun -np 2 --oversubscribe ./train_gpt --device cuda -e d12 -b 16 -t 1024 -z "$z" -x 10 -v 0 -s 0 -o "" -i "$DATA" 2>&1 |
+             grep -E '^step' | awk -F'|' 'NR>3 { sub(/ ms/, "", $5); s += $5; n++ } END { if (n) printf "%.1f", s / n }')
+        [ -z "$ms" ] && { echo "bench ZeRO $z on 2 ranks: FAILED"; continue; }
+        [ -z "$base" ] && base=$ms
+        echo "bench d12 B=16 T=1024, 2 ranks sharing the GPU, ZeRO $z: $ms ms/step ($(awk -v a="$base" -v b="$ms" 'BEGIN { printf "%.2f", a / b }')x stage 0's throughput)"
+    done
+fi
