@@ -560,7 +560,7 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
                 comm.rank(), (unsigned long long)mine, (unsigned long long)root);
     else
         fprintf(stderr, "error: rank %d: another rank's flags, model or data differ from rank 0's\n", comm.rank());
-    comm.all_reduce_host(0.0);  // everyone has printed
+    comm.barrier();  // every rank has printed
     comm.abort(1);
 }
 

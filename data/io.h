@@ -10,12 +10,13 @@
 inline void (*g_fatal_hook)(int code) = nullptr;
 
 [[noreturn]] inline void fatal(int code, const char* fmt, ...) {
+    // one write: under mpirun, separate writes of several ranks can interleave mid-line
+    char line[1024];
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    vsnprintf(line, sizeof(line), fmt, args);
     va_end(args);
+    fprintf(stderr, "error: %s\n", line);
     fflush(stdout);
     fflush(stderr);
     if (g_fatal_hook) g_fatal_hook(code);

@@ -17,6 +17,12 @@ grep -q "rank 0 memory MiB: parameters 474.84" "$out" || fail "no memory report 
 [ "$(grep -c trl: "$dir/main.log")" -eq 2 ] || fail "log file lacks the step lines"
 [ -f "$dir/model_00000002.bin" ] || fail "no final checkpoint"
 
+# two processes, same seed: the same losses to the last printed digit
+tiny=(-e L=2,NH=2,C=32 -b 2 -t 32 -x 4 -v 0 -s 0 -o "" --seed 7)
+./train_gpt "${tiny[@]}" | grep -E "^step" | cut -d'|' -f1-3 >"$dir/a" || fail "tiny run exited $?"
+./train_gpt "${tiny[@]}" | grep -E "^step" | cut -d'|' -f1-3 >"$dir/b"
+[ "$(wc -l <"$dir/a")" -eq 4 ] && cmp -s "$dir/a" "$dir/b" || fail "two runs with the same seed differ"
+
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
 ./train_gpt -b 0 >"$out" 2>&1; [ $? -eq 2 ] || fail "-b 0 did not exit 2"

@@ -54,6 +54,8 @@ public:
     }
     // sum of a host scalar over ranks (losses, flags); not counted, it is a few bytes per step
     virtual double all_reduce_host(double x) = 0;
+    // returns once every rank has called it
+    virtual void barrier() = 0;
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
 

@@ -40,6 +40,7 @@ public:
         MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_);
         return sum;
     }
+    void barrier() override { MPI_Barrier(comm_); }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:

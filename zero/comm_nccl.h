@@ -76,6 +76,7 @@ public:
         free_events_.push_back(it->second);
         events_.erase(it);
     }
+    void barrier() override { MPI_Barrier(mpi_); }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:
