@@ -46,8 +46,6 @@ public:
                 g.size += s.n;
                 total_ += s.n;
             }
-            max_group_shard_ = std::max(max_group_shard_, g.shard_size);
-            max_group_size_ = std::max(max_group_size_, g.size);
             groups_.push_back(g);
         }
     }
@@ -55,8 +53,6 @@ public:
     int world() const { return world_; }
     size_t total() const { return total_; }            // Psi: parameters in the model
     size_t shard_size() const { return shard_size_; }  // elements each rank owns, padding included
-    size_t max_group_shard() const { return max_group_shard_; }
-    size_t max_group_size() const { return max_group_size_; }
     int num_groups() const { return (int)groups_.size(); }
     const Group& group(int g) const { return groups_[g]; }
     // elements of rank r's chunk of t that hold real parameters (the rest is padding)
@@ -68,5 +64,5 @@ public:
 private:
     int world_;
     std::vector<Group> groups_;
-    size_t total_ = 0, shard_size_ = 0, max_group_shard_ = 0, max_group_size_ = 0;
+    size_t total_ = 0, shard_size_ = 0;
 };

@@ -92,7 +92,6 @@ public:
     Zero(const Zero&) = delete;
     Zero& operator=(const Zero&) = delete;
 
-    int stage() const { return stage_; }
     const PartitionPlan& plan() const { return plan_; }
     const ZeroMemory& memory() const { return memory_; }
 
