@@ -745,7 +745,10 @@ int main(int argc, char** argv) {
 #ifdef __CUDACC__
     bool use_cuda = cfg.device != "cpu" && CudaBackend::available();
     if (cfg.device == "cuda" && !use_cuda) fatal(2, "--device cuda: no CUDA GPU is visible");
-    if (cfg.device == "auto" && !use_cuda && !cfg.quiet) printf("no CUDA GPU visible: using the CPU backend\n");
+    // said once, by rank 0 (OpenMPI names it before MPI starts)
+    const char* rank_env = getenv("OMPI_COMM_WORLD_RANK");
+    if (cfg.device == "auto" && !use_cuda && !cfg.quiet && (rank_env == nullptr || strcmp(rank_env, "0") == 0))
+        printf("no CUDA GPU visible: using the CPU backend\n");
 #else
     if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
     const bool use_cuda = false;
