@@ -216,6 +216,80 @@ inline void write_checkpoint(const std::string& path, const GPT2Config& c, const
     f.commit();
 }
 
+// Optimizer state beside each checkpoint, for -y: int32 header[256]: magic 20240527, version 2
+// (llm.c's version 1 keeps one file per rank; this one is unsharded, so a run may resume with
+// another ZeRO stage or world size), completed steps, 1 if master weights follow, then as two
+// uint64: the parameter count and the sampling generator's state. Then fp32 m, v and, if
+// present, the master weights, each in the checkpoint's parameter order.
+constexpr int kStateMagic = 20240527;
+constexpr int kStateVersion = 2;
+
+struct OptimizerState {
+    int step = 0;
+    uint64_t sample_rng = 0;
+    std::vector<float> m, v, master;  // master empty when the backend keeps none
+};
+
+inline void write_state(const std::string& path, const OptimizerState& s) {
+    int32_t h[256] = {kStateMagic, kStateVersion, s.step, s.master.empty() ? 0 : 1};
+    const uint64_t count = s.m.size();
+    memcpy(h + 4, &count, 8);
+    memcpy(h + 6, &s.sample_rng, 8);
+    AtomicFile f(path);
+    f.write(h, sizeof(h));
+    for (const auto* x : {&s.m, &s.v, &s.master}) f.write(x->data(), x->size() * sizeof(float));
+    f.commit();
+}
+
+inline OptimizerState read_state(const std::string& path, size_t num_params, bool want_master) {
+    FILE* f = open_file(path, "rb");
+    int32_t h[256];
+    read_exact(h, sizeof(h), f, path, "the state header");
+    if (h[0] != kStateMagic) fatal(1, "%s: bad magic %d in optimizer state (expected %d)", path.c_str(), h[0], kStateMagic);
+    if (h[1] != kStateVersion) fatal(1, "%s: unsupported optimizer state version %d (expected %d)", path.c_str(), h[1], kStateVersion);
+    OptimizerState s;
+    uint64_t count;
+    memcpy(&count, h + 4, 8);
+    memcpy(&s.sample_rng, h + 6, 8);
+    s.step = h[2];
+    if (count != num_params) fatal(1, "%s: state for %llu parameters, the model has %zu", path.c_str(), (unsigned long long)count, num_params);
+    const size_t arrays = h[3] ? 3 : 2;
+    if (file_size(f) != sizeof(h) + arrays * count * sizeof(float))
+        fatal(1, "%s: optimizer state is %zu bytes, expected %zu", path.c_str(), file_size(f), sizeof(h) + arrays * count * sizeof(float));
+    for (auto* x : {&s.m, &s.v}) {
+        x->resize(count);
+        read_exact(x->data(), count * sizeof(float), f, path, "optimizer state");
+    }
+    if (h[3] && want_master) {
+        s.master.resize(count);
+        read_exact(s.master.data(), count * sizeof(float), f, path, "master weights");
+    }
+    fclose(f);
+    return s;
+}
+
+// the highest N with both model_N.bin and state_N.bin in dir, 0 if none
+inline int latest_checkpoint(const std::string& dir) {
+    glob_t g;
+    int best = 0;
+    if (glob((dir + "/state_*.bin").c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            int n = atoi(strrchr(g.gl_pathv[i], '_') + 1);
+            char model[64];
+            snprintf(model, sizeof(model), "/model_%08d.bin", n);
+            if (n > best && access((dir + model).c_str(), F_OK) == 0) best = n;
+        }
+        globfree(&g);
+    }
+    return best;
+}
+
+inline std::string checkpoint_path(const std::string& dir, const char* kind, int step) {
+    char name[64];
+    snprintf(name, sizeof(name), "/%s_%08d.bin", kind, step);
+    return dir + name;
+}
+
 // ----------------------------------------------------------------------------
 // the model
 
@@ -401,6 +475,7 @@ struct TrainConfig {
     int gen_len = 64;
     int overfit = 0;
     int checkpoint_every = 0;
+    int resume = 0;
     int zero_stage = 0;
     int recompute = 0;
     long seed = 1337;
@@ -441,6 +516,7 @@ static const Flag kFlags[] = {
     {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
     {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
     {"-n", "--checkpoint-every", 'i', FIELD(checkpoint_every), 0, 1e9, "checkpoint every N steps (0: only at the end)"},
+    {"-y", "--resume", 'i', FIELD(resume), 0, 1, "1: continue from the latest checkpoint in the output directory"},
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"", "--seed", 'l', FIELD(seed), 0, 4294967295.0, "seed for init, sampling and rounding"},
@@ -611,8 +687,17 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     const bool chatty = rank == 0 && !cfg.quiet;
     GPT2Config mc;
     std::vector<float> init;
-    if (config_from_descriptor(cfg.init, &mc)) init = random_init(mc, (uint64_t)cfg.seed);
-    else init = load_checkpoint(cfg.init, &mc);
+    int resume_step = 0;
+    if (cfg.resume) {
+        if (cfg.output_dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
+        resume_step = latest_checkpoint(cfg.output_dir);
+        if (resume_step == 0) fatal(1, "-y 1: no model_N.bin with its state_N.bin in %s to resume from", cfg.output_dir.c_str());
+        init = load_checkpoint(checkpoint_path(cfg.output_dir, "model", resume_step), &mc);
+    } else if (config_from_descriptor(cfg.init, &mc)) {
+        init = random_init(mc, (uint64_t)cfg.seed);
+    } else {
+        init = load_checkpoint(cfg.init, &mc);
+    }
     const int B = cfg.B, T = cfg.T, L = mc.num_layers;
     if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
 
@@ -644,6 +729,17 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     zero.load(init.data());
     init = std::vector<float>();
     GPT2<Backend> model(mc, B, T, cfg.recompute, zero);
+    uint64_t sample_rng = (uint64_t)cfg.seed * 2654435761u + 1;
+    if (resume_step > 0) {
+        OptimizerState state = read_state(checkpoint_path(cfg.output_dir, "state", resume_step), zero.plan().total(),
+                                          Backend::has_master_weights);
+        if (Backend::has_master_weights && state.master.empty())
+            fatal(1, "-y 1: the state at step %d has no master weights (written by an fp32 build)", resume_step);
+        zero.load_state(state.m.data(), state.v.data(), state.master.data());
+        sample_rng = state.sample_rng;
+        train_data.seek((size_t)resume_step * accum);  // every rank where it would be after those steps
+        if (chatty) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
+    }
 
     if (chatty) {
         printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", L, mc.num_heads, mc.channels,
@@ -669,8 +765,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     const AdamHyper hyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     std::vector<StepRecord> records;
-    uint64_t sample_rng = (uint64_t)cfg.seed * 2654435761u + 1;
-    for (int step = 0; step < max_steps; step++) {
+    for (int step = resume_step; step < max_steps; step++) {
         const bool last = step == max_steps - 1;
         if (val_data && (step % cfg.val_every == 0 || last)) {
             float val_loss = (float)(comm.all_reduce_host(mean_loss(model, *val_data, cfg.val_steps, B, T)) / world);
@@ -713,11 +808,19 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         if (hook) hook(step, zero);
         const bool save = !cfg.output_dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0));
         if (save) {
+            const bool root = rank == 0;
             std::vector<float> params(zero.plan().total());
             zero.save(params.data());
-            char name[64];
-            snprintf(name, sizeof(name), "/model_%08d.bin", step + 1);
-            if (rank == 0) write_checkpoint(cfg.output_dir + name, mc, params);
+            OptimizerState state;
+            state.step = step + 1;
+            state.sample_rng = sample_rng;
+            for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
+            if (Backend::has_master_weights) state.master.resize(root ? params.size() : 0);
+            zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
+            if (root) {
+                write_checkpoint(checkpoint_path(cfg.output_dir, "model", step + 1), mc, params);
+                write_state(checkpoint_path(cfg.output_dir, "state", step + 1), state);
+            }
         }
     }
     if (log) fclose(log);

@@ -62,6 +62,8 @@ public:
     const std::vector<size_t>& sizes() const { return sizes_; }
 
     void reset() { calls_ = 0; }
+    // as if next_batch had been called `calls` times since reset()
+    void seek(size_t calls) { calls_ = calls; }
 
     // Fills inputs and targets (B*T each) with this rank's next window.
     void next_batch(int* inputs, int* targets) {

@@ -88,6 +88,34 @@ TEST_F(Files, BadCheckpointsFailWithOneLine) {
     EXPECT_EXIT(load_checkpoint(path("header.bin"), &c), ExitedWithCode(1), "inconsistent checkpoint header");
 }
 
+TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
+    OptimizerState s;
+    s.step = 7;
+    s.sample_rng = 0x123456789abcdefull;
+    s.m = {1, 2, 3};
+    s.v = {4, 5, 6};
+    s.master = {7, 8, 9};
+    write_state(path("s.bin"), s);
+    OptimizerState back = read_state(path("s.bin"), 3, true);
+    EXPECT_EQ(back.step, 7);
+    EXPECT_EQ(back.sample_rng, s.sample_rng);
+    EXPECT_EQ(back.m, s.m);
+    EXPECT_EQ(back.v, s.v);
+    EXPECT_EQ(back.master, s.master);
+    EXPECT_TRUE(read_state(path("s.bin"), 3, false).master.empty());
+    EXPECT_EXIT(read_state(path("s.bin"), 4, true), ExitedWithCode(1), "state for 3 parameters, the model has 4");
+    std::vector<char> raw = read_bytes(path("s.bin"));
+    write_bytes(path("cut.bin"), raw.data(), raw.size() - 4);
+    EXPECT_EXIT(read_state(path("cut.bin"), 3, true), ExitedWithCode(1), "optimizer state is [0-9]+ bytes, expected [0-9]+");
+    ((int32_t*)raw.data())[0] = 5;
+    write_bytes(path("magic.bin"), raw.data(), raw.size());
+    EXPECT_EXIT(read_state(path("magic.bin"), 3, true), ExitedWithCode(1), "bad magic 5 in optimizer state \\(expected 20240527\\)");
+    ((int32_t*)raw.data())[0] = 20240527;
+    ((int32_t*)raw.data())[1] = 1;
+    write_bytes(path("version.bin"), raw.data(), raw.size());
+    EXPECT_EXIT(read_state(path("version.bin"), 3, true), ExitedWithCode(1), "unsupported optimizer state version 1 \\(expected 2\\)");
+}
+
 TEST_F(Files, BadShardsFailWithOneLine) {
     write_shard(path("good.bin"), random_tokens(100, 50, 1));
     std::vector<char> good = read_bytes(path("good.bin"));

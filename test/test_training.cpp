@@ -126,6 +126,40 @@ TEST_F(Training, SameSeedSameBits) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
+// -y 1 continues from the latest checkpoint exactly as if the run had not stopped
+TEST_F(Training, ResumeContinuesBitForBit) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.max_steps = 6;
+    cfg.checkpoint_every = 3;
+    cfg.schedule = "linear";  // the learning rate must pick up where it was
+    cfg.final_lr_frac = 0.1f;
+    cfg.output_dir = dir + "/out";
+    std::vector<StepRecord> whole = train<CpuBackend>(cfg, single_comm());
+    GPT2Config c;
+    const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+    remove(checkpoint_path(cfg.output_dir, "state", 6).c_str());  // so the latest is step 3
+    cfg.resume = 1;
+    std::vector<StepRecord> rest = train<CpuBackend>(cfg, single_comm());
+    ASSERT_EQ(rest.size(), 3u);
+    EXPECT_EQ(0, memcmp(rest.data(), whole.data() + 3, 3 * sizeof(StepRecord)));
+    EXPECT_EQ(load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c), final_params);
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+TEST_F(Training, ResumeNeedsACheckpoint) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.resume = 1;
+    cfg.output_dir = dir;
+    EXPECT_EXIT(train<CpuBackend>(cfg, single_comm()), ExitedWithCode(1), "no model_N.bin with its state_N.bin in");
+    cfg.output_dir = "";
+    EXPECT_EXIT(train<CpuBackend>(cfg, single_comm()), ExitedWithCode(2), "-y 1 needs the output directory");
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
 // -a 1 trains on the first batch only: a small model learns it almost by heart
 TEST_F(Training, OverfitsOneBatch) {
     std::string dir = temp_dir();

@@ -56,6 +56,8 @@ public:
     virtual double all_reduce_host(double x) = 0;
     // returns once every rank has called it
     virtual void barrier() = 0;
+    // root receives every rank's `bytes` of host memory, rank-major (for checkpoints)
+    virtual void gather_host(const void* send, void* recv, size_t bytes, int root) = 0;
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
 

@@ -8,11 +8,27 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
 
 #include "comm.h"
+
+// MPI_Gather of host memory in pieces below MPI's int count; root's recv is rank-major
+inline void mpi_gather_host(const void* send, void* recv, size_t bytes, int root, MPI_Comm comm) {
+    int rank = 0, world = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &world);
+    const size_t piece = (size_t)1 << 30;
+    std::vector<char> tmp(rank == root ? std::min(bytes, piece) * world : 0);
+    for (size_t at = 0; at < bytes; at += piece) {
+        const size_t len = std::min(piece, bytes - at);
+        MPI_Gather((const char*)send + at, (int)len, MPI_BYTE, tmp.data(), (int)len, MPI_BYTE, root, comm);
+        if (rank == root)
+            for (int r = 0; r < world; r++) memcpy((char*)recv + r * bytes + at, tmp.data() + r * len, len);
+    }
+}
 
 // Prints nothing: the caller has said why. MPI_Abort takes every rank down, not only this one.
 [[noreturn]] inline void abort_all_ranks(int code) {
@@ -41,6 +57,9 @@ public:
         return sum;
     }
     void barrier() override { MPI_Barrier(comm_); }
+    void gather_host(const void* send, void* recv, size_t bytes, int root) override {
+        mpi_gather_host(send, recv, bytes, root, comm_);
+    }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:

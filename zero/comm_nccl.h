@@ -77,6 +77,9 @@ public:
         events_.erase(it);
     }
     void barrier() override { MPI_Barrier(mpi_); }
+    void gather_host(const void* send, void* recv, size_t bytes, int root) override {
+        mpi_gather_host(send, recv, bytes, root, mpi_);
+    }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:

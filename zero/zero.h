@@ -24,6 +24,7 @@
 // embedding) goes in several pieces, so the communication buffers are sized by a layer, not by
 // the vocabulary.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -116,6 +117,42 @@ public:
             for (size_t i = 0; i < tensors.size(); i++)
                 Backend::download_fp32(host + tensors[i].slice.offset, p[i], tensors[i].slice.n);
         }
+    }
+
+    // Optimizer state in the flat, unsharded layout (so any stage and world size can take it
+    // back): Adam's m and v, and the fp32 master weights where the backend keeps them (else
+    // `master` is left alone). A collective; only `root` receives.
+    void save_state(float* m, float* v, float* master, int root) {
+        const int N = plan_.world();
+        const size_t S = plan_.shard_size();
+        std::vector<float> shard(S), rows(comm_.rank() == root && N > 1 ? (size_t)N * S : 0);
+        auto gather = [&](const float* device_shard, float* out) {
+            if (device_shard == nullptr) return;
+            Backend::to_host(shard.data(), device_shard, S * sizeof(float));
+            const float* all = shard.data();  // one shard (stage 0): every rank holds all of it
+            if (N > 1) {
+                comm_.gather_host(shard.data(), rows.data(), S * sizeof(float), root);
+                all = rows.data();
+            }
+            if (comm_.rank() != root) return;
+            for (int g = 0; g < plan_.num_groups(); g++)
+                for (const auto& t : plan_.group(g).tensors)
+                    for (int r = 0; r < N; r++)
+                        std::copy_n(all + (size_t)r * S + t.shard_offset, PartitionPlan::valid(t, r),
+                                    out + t.slice.offset + (size_t)r * t.chunk);
+        };
+        gather(adam_m_, m);
+        gather(adam_v_, v);
+        gather(master_, master);
+    }
+    // the inverse: every rank takes its chunks of the flat state
+    void load_state(const float* m, const float* v, const float* master) {
+        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
+            const size_t at = t.slice.offset + (size_t)rank_ * t.chunk;
+            Backend::from_host(adam_m_ + t.shard_offset, m + at, len * sizeof(float));
+            Backend::from_host(adam_v_ + t.shard_offset, v + at, len * sizeof(float));
+            if (master_ != nullptr) Backend::from_host(master_ + t.shard_offset, master + at, len * sizeof(float));
+        });
     }
 
     // this rank's shard of the parameters in shard layout (padding as zeros), as fp32
