@@ -640,6 +640,23 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     comm.abort(1);
 }
 
+// model_N.bin and state_N.bin after `steps` steps; a collective, rank 0 (root) writes
+template <class Backend>
+void save_checkpoint(Zero<Backend>& zero, const GPT2Config& mc, const std::string& dir, int steps, uint64_t sample_rng,
+                     bool root) {
+    std::vector<float> params(zero.plan().total());
+    zero.save(params.data());
+    OptimizerState state;
+    state.step = steps;
+    state.sample_rng = sample_rng;
+    for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
+    if (Backend::has_master_weights) state.master.resize(root ? params.size() : 0);
+    zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
+    if (!root) return;
+    write_checkpoint(checkpoint_path(dir, "model", steps), mc, params);
+    write_state(checkpoint_path(dir, "state", steps), state);
+}
+
 // mean loss of this rank's first `batches` batches from `data`
 template <class Backend>
 double mean_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
@@ -807,21 +824,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         }
         if (hook) hook(step, zero);
         const bool save = !cfg.output_dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0));
-        if (save) {
-            const bool root = rank == 0;
-            std::vector<float> params(zero.plan().total());
-            zero.save(params.data());
-            OptimizerState state;
-            state.step = step + 1;
-            state.sample_rng = sample_rng;
-            for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
-            if (Backend::has_master_weights) state.master.resize(root ? params.size() : 0);
-            zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
-            if (root) {
-                write_checkpoint(checkpoint_path(cfg.output_dir, "model", step + 1), mc, params);
-                write_state(checkpoint_path(cfg.output_dir, "state", step + 1), state);
-            }
-        }
+        if (save) save_checkpoint(zero, mc, cfg.output_dir, step + 1, sample_rng, rank == 0);
     }
     if (log) fclose(log);
     return records;

@@ -14,7 +14,6 @@ inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
 struct CommCounters {
     uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
-    uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
 };
 
 class Communicator {

@@ -56,6 +56,12 @@ public:
         MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_);
         return sum;
     }
+    void wait(Ticket ticket) override {
+        auto it = pending_.find(ticket);
+        if (it == pending_.end()) return;
+        MPI_Wait(&it->second, MPI_STATUS_IGNORE);
+        pending_.erase(it);
+    }
     void barrier() override { MPI_Barrier(comm_); }
     void gather_host(const void* send, void* recv, size_t bytes, int root) override {
         mpi_gather_host(send, recv, bytes, root, comm_);
@@ -91,14 +97,6 @@ protected:
         MPI_Allgather(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
         stage_out(recv, hr, world_ * bytes);
         return 0;
-    }
-
-public:
-    void wait(Ticket ticket) override {
-        auto it = pending_.find(ticket);
-        if (it == pending_.end()) return;
-        MPI_Wait(&it->second, MPI_STATUS_IGNORE);
-        pending_.erase(it);
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         MPI_Bcast(buf, count(bytes, DType::F32), MPI_BYTE, root, comm_);

@@ -172,13 +172,12 @@ public:
         int s = slot_of(g);
         if (slot_group_[s] != g) {
             // the last (or only) piece may have been started by prefetch()
-            for (size_t lo = 0; lo < group.shard_size; lo += piece_) {
-                const size_t hi = std::min(group.shard_size, lo + piece_);
-                if (gathering_group_[s] != g || gathering_lo_[s] != lo) start_gather(g, lo);
-                comm_.wait(gather_ticket_[s]);
-                gathering_group_[s] = -1;
+            for_each_piece(group, [&](size_t lo, size_t hi) {
+                if (gather_[s].group != g || gather_[s].lo != lo) start_gather(g, lo, hi);
+                comm_.wait(gather_[s].ticket);
+                gather_[s].group = -1;
                 unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
-            }
+            });
             slot_group_[s] = g;
         }
         return tensors_at(slot_[s], group, group_offset);
@@ -188,7 +187,7 @@ public:
     void prefetch(int g) {
         if (stage_ != 3 || g < 0 || g >= plan_.num_groups() || plan_.group(g).shard_size > piece_) return;
         int s = slot_of(g);
-        if (slot_group_[s] != g && gathering_group_[s] != g) start_gather(g, 0);
+        if (slot_group_[s] != g && gather_[s].group != g) start_gather(g, 0, plan_.group(g).shard_size);
     }
 
     // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
@@ -209,15 +208,11 @@ public:
         int s = slot_of(g);
         // piece by piece through the slot's buffers; the last piece finishes while the caller
         // computes on, and is added into the shard when the buffers are needed again
-        for (size_t lo = 0; lo < group.shard_size; lo += piece_) {
-            const size_t hi = std::min(group.shard_size, lo + piece_);
+        for_each_piece(group, [&](size_t lo, size_t hi) {
             finish_reduce(s);
             pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
-            reduce_ticket_[s] = comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_);
-            reducing_group_[s] = g;
-            reducing_lo_[s] = lo;
-            reducing_hi_[s] = hi;
-        }
+            reduce_[s] = {g, lo, hi, comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_)};
+        });
         bucket_group_[s] = -1;
     }
 
@@ -234,8 +229,8 @@ public:
     float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
         for (int s = 0; s < kSlots; s++) {
             finish_reduce(s);
-            if (gathering_group_[s] >= 0) comm_.wait(gather_ticket_[s]);  // of parameters about to change
-            gathering_group_[s] = -1;
+            if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
+            gather_[s].group = -1;
         }
         if (stage_ == 0 && comm_.world() > 1) comm_.all_reduce(grads_full_, plan_.total(), dtype_);
         if (stage_ == 1) reduce_scatter_full_grads();
@@ -267,6 +262,12 @@ public:
 
 private:
     static constexpr int kSlots = 4;
+    // a collective under way over the piece [lo, hi) of a group's shard (group -1: none)
+    struct InFlight {
+        int group = -1;
+        size_t lo = 0, hi = 0;
+        Communicator::Ticket ticket = 0;
+    };
     // where a tensor sits: in the flat, full-size layout, or in a group's own buffer
     static size_t full_offset(const PartitionPlan::Tensor& t) { return t.slice.offset; }
     static size_t group_offset(const PartitionPlan::Tensor& t) { return t.group_offset; }
@@ -283,23 +284,25 @@ private:
         *category += n * sizeof(T);
         return (T*)p;
     }
-    // gathers the piece of group g that starts at lo (of its shard) into the slot's buffer
-    void start_gather(int g, size_t lo) {
+    // f(lo, hi) for each piece of the group's shard, in order
+    template <class F>
+    void for_each_piece(const PartitionPlan::Group& g, F f) const {
+        for (size_t lo = 0; lo < g.shard_size; lo += piece_) f(lo, std::min(g.shard_size, lo + piece_));
+    }
+    // gathers the piece [lo, hi) of group g's shard into the slot's buffer
+    void start_gather(int g, size_t lo, size_t hi) {
         const auto& group = plan_.group(g);
         int s = slot_of(g);
-        if (gathering_group_[s] >= 0) comm_.wait(gather_ticket_[s]);  // an unused prefetch
-        const size_t len = std::min(group.shard_size - lo, piece_);
-        gather_ticket_[s] = comm_.all_gather_async(param_shard_ + group.shard_offset + lo, gathered_[s], len, dtype_);
-        gathering_group_[s] = g;
-        gathering_lo_[s] = lo;
+        if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
+        gather_[s] = {g, lo, hi, comm_.all_gather_async(param_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
     }
     // adds the slot's finished reduce-scatter, if one is outstanding, into the gradient shard
     void finish_reduce(int s) {
-        if (reducing_group_[s] < 0) return;
-        const auto& group = plan_.group(reducing_group_[s]);
-        comm_.wait(reduce_ticket_[s]);
-        Backend::accumulate(grad_shard_ + group.shard_offset + reducing_lo_[s], own_[s], reducing_hi_[s] - reducing_lo_[s]);
-        reducing_group_[s] = -1;
+        InFlight& r = reduce_[s];
+        if (r.group < 0) return;
+        comm_.wait(r.ticket);
+        Backend::accumulate(grad_shard_ + plan_.group(r.group).shard_offset + r.lo, own_[s], r.hi - r.lo);
+        r.group = -1;
     }
     int slot_of(int g) const {
         int last = plan_.num_groups() - 1;
@@ -326,8 +329,8 @@ private:
             }
     }
 
-    // Calls f(t, a, v_lo, len) for each tensor t of group g overlapping the piece [lo, hi) of
-    // the group's shard: a is where the overlap starts within t's chunk, len its length.
+    // Calls f(t, c0, at, len) for each tensor t of group g overlapping the piece [lo, hi) of the
+    // group's shard: the overlap starts at c0 within t's chunk and at `at` within the piece.
     template <class F>
     static void for_each_in_piece(const PartitionPlan::Group& g, size_t lo, size_t hi, F f) {
         for (const auto& t : g.tensors) {
@@ -393,23 +396,21 @@ private:
     // once its previous one is finished, so packing one overlaps the transfer of the one before.
     template <class Start, class Finish>
     void for_each_piece_pipelined(Start start, Finish finish) {
-        struct Pending { int g = -1; size_t lo = 0, hi = 0; Communicator::Ticket ticket = 0; };
-        Pending pending[kSlots];
+        InFlight pending[kSlots];
         auto drain = [&](int s) {
-            Pending& p = pending[s];
-            if (p.g < 0) return;
+            InFlight& p = pending[s];
+            if (p.group < 0) return;
             comm_.wait(p.ticket);
-            finish(plan_.group(p.g), s, p.lo, p.hi);
-            p.g = -1;
+            finish(plan_.group(p.group), s, p.lo, p.hi);
+            p.group = -1;
         };
         for (int g = 0; g < plan_.num_groups(); g++) {
             const auto& group = plan_.group(g);
             const int s = slot_of(g);
-            for (size_t lo = 0; lo < group.shard_size; lo += piece_) {
-                const size_t hi = std::min(group.shard_size, lo + piece_);
+            for_each_piece(group, [&](size_t lo, size_t hi) {
                 drain(s);
                 pending[s] = {g, lo, hi, start(group, s, lo, hi)};
-            }
+            });
         }
         for (int s = 0; s < kSlots; s++) drain(s);
     }
@@ -454,11 +455,6 @@ private:
     // which group each slot's parts hold or are receiving (-1: none)
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
-    int gathering_group_[kSlots] = {-1, -1, -1, -1};
-    int reducing_group_[kSlots] = {-1, -1, -1, -1};
-    size_t gathering_lo_[kSlots] = {};                   // which piece, of the group's shard
-    size_t reducing_lo_[kSlots] = {}, reducing_hi_[kSlots] = {};
+    InFlight gather_[kSlots], reduce_[kSlots];  // each slot's collective under way, if any
     size_t piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
-    Communicator::Ticket gather_ticket_[kSlots] = {};
-    Communicator::Ticket reduce_ticket_[kSlots] = {};
 };
