@@ -160,7 +160,7 @@ def init_model(cfg, seed):
 # ---------------------------------------------------------------- training
 
 def grad_of(flat, cfg, x, y):
-    w = flat.detach().clone().requires_grad_(True)
+    w = flat.detach().double().requires_grad_(True)
     logits, loss = forward(w, cfg, x, y)
     loss.backward()
     return logits.detach(), loss.detach(), w.grad.detach()
@@ -177,21 +177,23 @@ def decay_mask(cfg):
 def train(flat, cfg, x, y, a):
     """`a.steps` AdamW steps on the fixed batch; returns (losses, norms, params).
     AdamW is written out (not torch.optim) so it mirrors the C++ kernel exactly."""
-    p = flat.clone()
+    p = flat.double()
     m, v = torch.zeros_like(p), torch.zeros_like(p)
-    wd = decay_mask(cfg) * a.weight_decay
+    lr, beta1, beta2, eps, weight_decay, grad_clip = (
+        float(np.float32(h)) for h in (a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip))
+    wd = decay_mask(cfg).double() * weight_decay
     losses, norms = [], []
     for t in range(1, a.steps + 1):
         _, loss, g = grad_of(p, cfg, x, y)
-        norm = float(torch.sqrt((g.double() ** 2).sum()))
-        clipped = a.grad_clip > 0 and norm > a.grad_clip
+        norm = float(torch.sqrt((g ** 2).sum()))
+        clipped = grad_clip > 0 and norm > grad_clip
         if clipped:  # plain ratio, no +1e-6 (unlike torch's clip_grad_norm_)
-            g = g * np.float32(a.grad_clip / norm)
-        m = a.beta1 * m + (1 - a.beta1) * g
-        v = a.beta2 * v + (1 - a.beta2) * g * g
-        mhat = m / np.float32(1.0 - a.beta1 ** t)
-        vhat = v / np.float32(1.0 - a.beta2 ** t)
-        p = p - a.lr * (mhat / (vhat.sqrt() + a.eps) + wd * p)
+            g = g * (grad_clip / norm)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        mhat = m / (1.0 - beta1 ** t)
+        vhat = v / (1.0 - beta2 ** t)
+        p = p - lr * (mhat / (vhat.sqrt() + eps) + wd * p)
         losses.append(float(loss))
         norms.append(norm)
         print(f"step {t:3d}  loss {float(loss):.6f}  grad_norm {norm:.6f}{'  (clipped)' if clipped else ''}")
@@ -200,7 +202,7 @@ def train(flat, cfg, x, y, a):
 
 def finite_diff_check(flat, cfg, x, y, grads, n_per_tensor=2, seed=0):
     """Central differences in float64 on a few entries of every tensor, against
-    the fp32 autograd gradient. Returns True if all agree."""
+    the float64 autograd gradient. Returns True if all agree."""
     f64 = flat.double()
     g = torch.Generator().manual_seed(seed)
     ok, off, h = True, 0, 1e-5
