@@ -321,6 +321,7 @@ public:
         lnf_stats_ = alloc<float>(2 * BT);
         logits_ = alloc<floatX>(BT * Vp);
         losses_ = alloc<float>(BT);
+        loss_sum_ = alloc<double>(1);
         inputs_ = alloc<int>(BT);
         targets_ = alloc<int>(BT);
         activation_bytes_ = allocated_;
@@ -329,7 +330,6 @@ public:
         dbuf_ = alloc<floatX>(BT * C);
         dbuf4_ = alloc<floatX>(BT * 4 * C);
         scratch_bytes_ = allocated_ - activation_bytes_;
-        host_losses_.resize(BT);
     }
     ~GPT2() {
         for (void* p : allocations_) Backend::release(p);
@@ -342,12 +342,12 @@ public:
     const GPT2Config& config() const { return c_; }
 
     // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
-    // computes the loss, and with dloss != 0 leaves d(loss)/d(logits) in place for backward().
-    // Returns the mean loss over the batch (0 without targets).
-    float forward(const int* inputs, const int* targets, int B, int T, float dloss) {
+    // computes the loss and adds its mean over the batch to take_loss_sum()'s, and with
+    // dloss != 0 leaves d(loss)/d(logits) in place for backward().
+    void forward(const int* inputs, const int* targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
         zero_.begin_micro_step();
-        Backend::from_host(inputs_, inputs, BT * sizeof(int));
+        Backend::from_host_pinned(inputs_, inputs, BT * sizeof(int));
         Tensors emb = zero_.params(0);
         Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);
         for (int l = 0; l < L; l++) {
@@ -368,13 +368,17 @@ public:
         Tensors fin = zero_.params(L + 1);
         Backend::layernorm_forward(lnf_, lnf_stats_, lnf_stats_ + B_ * T_, layer(residual3_, L - 1, C), fin[0], fin[1], BT, C);
         Backend::matmul_forward(logits_, lnf_, emb[0], nullptr, BT, C, c_.padded_vocab_size);
-        if (targets == nullptr) return 0.0f;
-        Backend::from_host(targets_, targets, BT * sizeof(int));
+        if (targets == nullptr) return;
+        Backend::from_host_pinned(targets_, targets, BT * sizeof(int));
         Backend::fused_classifier(logits_, losses_, targets_, dloss, BT, c_.vocab_size, c_.padded_vocab_size);
-        Backend::to_host(host_losses_.data(), losses_, BT * sizeof(float));
+        Backend::mean_loss_add(loss_sum_, losses_, BT);
+    }
+    // the sum of the batch losses since the last call: the one read of the device per step
+    double take_loss_sum() {
         double sum = 0.0;
-        for (int i = 0; i < BT; i++) sum += host_losses_[i];
-        return (float)(sum / BT);
+        Backend::to_host(&sum, loss_sum_, sizeof(double));
+        Backend::zero(loss_sum_, sizeof(double));
+        return sum;
     }
 
     // Backward pass of the last forward (which must have had targets and dloss != 0).
@@ -445,9 +449,9 @@ private:
     size_t allocated_ = 0, activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
+    double* loss_sum_;
     int *inputs_, *targets_;
     floatX *scratch_, *dresidual_, *dbuf_, *dbuf4_;
-    std::vector<float> host_losses_;
 };
 
 // ----------------------------------------------------------------------------
@@ -662,12 +666,11 @@ template <class Backend>
 double mean_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     data.reset();
-    double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         data.next_batch(inputs.data(), targets.data());
-        sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f);
+        model.forward(inputs.data(), targets.data(), B, T, 0.0f);
     }
-    return sum / batches;
+    return model.take_loss_sum() / batches;
 }
 
 // n tokens sampled one by one after an end-of-text token, from the model's softmax; rng is an
@@ -798,19 +801,20 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         Backend::synchronize();
         auto start = std::chrono::steady_clock::now();
         comm.reset_counters();  // count this step's training traffic only
+        const uint64_t launches_before = Backend::launches();
         zero.zero_grads();
-        double loss_sum = 0.0;
         const float dloss = 1.0f / ((float)B * T * accum * world);
         for (int micro = 0; micro < accum; micro++) {
             if (cfg.overfit) train_data.reset();
             train_data.next_batch(inputs.data(), targets.data());
-            loss_sum += model.forward(inputs.data(), targets.data(), B, T, dloss);
+            model.forward(inputs.data(), targets.data(), B, T, dloss);
             model.backward(B, T);
         }
-        const float loss = (float)(comm.all_reduce_host(loss_sum / accum) / world);
+        const float loss = (float)(comm.all_reduce_host(model.take_loss_sum() / accum) / world);
         const float lr = learning_rate(cfg, step, max_steps);
         const float norm = zero.step(lr, hyper, cfg.grad_clip, step + 1, (uint32_t)cfg.seed + 7919u * step);
         Backend::synchronize();
+        const uint64_t launches = Backend::launches() - launches_before;
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         records.push_back({loss, norm, lr});
         if (chatty)
@@ -821,6 +825,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             const CommCounters& c = comm.counters();
             printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", rank,
                    (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+            if (launches > 0) printf("rank %d kernel launches per step: %llu\n", rank, (unsigned long long)launches);
         }
         if (hook) hook(step, zero);
         const bool save = !cfg.output_dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0));

@@ -104,20 +104,23 @@ ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::ve
     zero.load(init.data());
     GPT2<Backend> model(c, s.B, s.T, 0, zero);
     ModelRun run;
-    run.loss = model.forward(s.x.data(), s.y.data(), s.B, s.T, 0.0f);
+    model.forward(s.x.data(), s.y.data(), s.B, s.T, 0.0f);
+    run.loss = (float)model.take_loss_sum();
     run.logits.resize((size_t)s.B * s.T * s.V);
     for (int row = 0; row < s.B * s.T; row++) model.logits_at(row, run.logits.data() + (size_t)row * s.V);
 
     zero.zero_grads();
     model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
     model.backward(s.B, s.T);
+    model.take_loss_sum();  // the same loss again
     run.grads = gradients_to_host(zero);
 
     zero.load(init.data());  // the steps start from the same parameters
     const AdamHyper hyper{s.beta1, s.beta2, s.eps, s.weight_decay};
     for (int step = 0; step < s.steps; step++) {
         zero.zero_grads();
-        run.losses.push_back(model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T)));
+        model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+        run.losses.push_back((float)model.take_loss_sum());
         model.backward(s.B, s.T);
         run.norms.push_back(zero.step(s.lr, hyper, s.grad_clip, step + 1, 1234u + step));
     }

@@ -1,7 +1,7 @@
 // ZeRO stages 0-3: who keeps which part of the parameters, gradients and Adam state, and when
 // they move between ranks. Knows nothing of the model's kernels: it takes the parameter groups
 // from the model and uses only the backend's memory primitives and its two optimizer ops
-// (adamw_update, sum_squares_add).
+// (adamw_update, grad_norm_squared), each one launch over the rank's whole shard.
 //
 //   stage 0  full replicas; gradients all-reduced once per step
 //   stage 1  Adam state (and fp32 master weights) sharded; gradients reduce-scattered once per
@@ -86,6 +86,13 @@ public:
             }
         }
         norm_acc_ = alloc<float>(1, &memory_.comm);
+        shard_host_ = plan_.shard_table(rank_, stage_ <= 2, stage_ <= 1);
+        ShardTensor* device_table = alloc<ShardTensor>(shard_host_.size(), &memory_.comm);
+        Backend::from_host(device_table, shard_host_.data(), shard_host_.size() * sizeof(ShardTensor));
+        shard_.host = shard_host_.data();
+        shard_.device = device_table;
+        shard_.count = (int)shard_host_.size();
+        for (const ShardTensor& t : shard_host_) shard_.elements += t.n;
     }
     ~Zero() {
         for (void* p : allocations_) Backend::release(p);
@@ -235,25 +242,15 @@ public:
         if (stage_ == 0 && comm_.world() > 1) comm_.all_reduce(grads_full_, plan_.total(), dtype_);
         if (stage_ == 1) reduce_scatter_full_grads();
 
-        Backend::zero(norm_acc_, sizeof(float));
-        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            Backend::sum_squares_add(norm_acc_, grad_of(t), len);
-        });
+        Backend::grad_norm_squared(norm_acc_, grads_base(), shard_);
         float local = 0.0f;
         Backend::to_host(&local, norm_acc_, sizeof(float));
         // stage 0: every rank holds the whole reduced gradient, nothing to add up
         double sumsq = stage_ == 0 ? local : comm_.all_reduce_host(local);
         float norm = (float)std::sqrt(sumsq);
         float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-
-        uint32_t index = 0;
-        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            float wd = t.slice.decay ? h.weight_decay : 0.0f;
-            Backend::adamw_update(param_of(t), master_ ? master_ + t.shard_offset : nullptr,
-                                  grad_of(t), adam_m_ + t.shard_offset, adam_v_ + t.shard_offset,
-                                  len, lr, h.beta1, h.beta2, h.eps, wd, scale, step_number,
-                                  seed ^ (0x9E3779B9u * ++index));
-        });
+        Backend::adamw_update(stage_ <= 2 ? params_full_ : param_shard_, master_, grads_base(), adam_m_, adam_v_, shard_,
+                              lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
 
         if (stage_ == 1 || stage_ == 2) all_gather_full_params();
         invalidate_slots();
@@ -311,6 +308,7 @@ private:
     void invalidate_slots() {
         for (int s = 0; s < kSlots; s++) slot_group_[s] = -1;
     }
+    floatX* grads_base() const { return stage_ <= 1 ? grads_full_ : grad_shard_; }
     // this rank's chunk of tensor t, where the optimizer reads it
     floatX* grad_of(const PartitionPlan::Tensor& t) const {
         if (stage_ <= 1) return grads_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
@@ -445,6 +443,8 @@ private:
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;
     floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
     float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;
+    std::vector<ShardTensor> shard_host_;  // the optimizer's table of this rank's shard
+    ShardTable shard_;
     // per slot: a rank-major buffer (world x group shard) and this rank's block, for the
     // collectives; at stages 2-3 the gradient bucket, at stage 3 the gathered parameters
     floatX* rank_major_[kSlots] = {};
