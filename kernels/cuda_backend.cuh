@@ -4,8 +4,10 @@
 // so their order is program order; to_host and from_host wait for it, nothing else does.
 // Call CudaBackend::init(local_rank) before anything else.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 #include "cuda/adamw.cuh"
 #include "cuda/attention.cuh"
@@ -41,6 +43,15 @@ struct CudaBackend {
         int n = 0;
         CUDA_CHECK(cudaGetDeviceCount(&n));
         gpu::init_context(local_rank % n);
+    }
+
+    // the selected GPU's id, the same in every process that sees that GPU
+    static std::array<unsigned char, 16> device_uuid() {
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu::ctx().device));
+        std::array<unsigned char, 16> id;
+        memcpy(id.data(), prop.uuid.bytes, 16);
+        return id;
     }
 
     // memory: alloc returns zeroed device memory

@@ -207,6 +207,65 @@ TEST_P(ZeroStage, ResumesAtAnotherStage) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroStage, ::testing::Values(0, 1, 2, 3));
 
+// NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
+TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {
+    auto gpu = [](unsigned char id) {
+        GpuUuid u{};
+        u[0] = 0x5a;
+        u[15] = id;  // ids that differ in one byte only
+        return u;
+    };
+    EXPECT_TRUE(choose_communicator({gpu(0)}).nccl);
+    EXPECT_TRUE(choose_communicator({gpu(3), gpu(1), gpu(2), gpu(0), gpu(7), gpu(6), gpu(5), gpu(4)}).nccl)
+        << "8 ranks on 8 GPUs (each seeing one, in any order)";
+    EXPECT_FALSE(choose_communicator({gpu(0), gpu(0)}).nccl) << "2 ranks on one GPU";
+    const CommChoice shared = choose_communicator({gpu(0), gpu(1), gpu(0)});
+    EXPECT_FALSE(shared.nccl);
+    EXPECT_EQ(shared.why, "local ranks 0 and 2 share a GPU");
+}
+
+// The optimizer's table for every world size, rank and stage (stage 0 plans for one rank): each
+// entry's elements are the model parameters rounding_index names, at the offsets where the stage
+// keeps them, and over all ranks every parameter is updated (and rounded) exactly once.
+TEST(ShardTable, RoundingIndexIsTheModelIndexAtEveryStage) {
+    GPT2Config mc;
+    config_from_descriptor(kModelDesc, &mc);
+    ParamLayout layout(mc);
+    const auto groups = layout.groups(mc.num_layers);
+    for (int N = 1; N <= 4; N++) {
+        const PartitionPlan plan(groups, N);
+        for (int stage = N == 1 ? 0 : 1; stage <= 3; stage++) {
+            const bool full_params = stage <= 2, full_grads = stage <= 1;
+            std::vector<int> updates(layout.total, 0);
+            size_t bad = 0;
+            for (int r = 0; r < N; r++) {
+                // rank r's shard element -> its flat index, from the groups alone (none: padding)
+                std::vector<uint64_t> flat_of;
+                for (const auto& g : groups)
+                    for (const auto& t : g) {
+                        const size_t chunk = (t.n + N - 1) / N;
+                        for (size_t i = r * chunk; i < (r + 1) * chunk; i++) flat_of.push_back(i < t.n ? t.offset + i : UINT64_MAX);
+                    }
+                size_t start = 0;
+                for (const ShardTensor& t : plan.shard_table(r, full_params, full_grads)) {
+                    bad += t.start != start;
+                    start += t.n;
+                    for (size_t i = 0; i < t.n; i++) {
+                        const uint64_t flat = flat_of[t.state_offset + i];
+                        bad += flat == UINT64_MAX || rounding_index(t, i) != flat;
+                        bad += t.param_offset + i != (full_params ? flat : t.state_offset + i);
+                        bad += t.grad_offset + i != (full_grads ? flat : t.state_offset + i);
+                        if (flat < layout.total) updates[flat]++;
+                    }
+                }
+            }
+            EXPECT_EQ(bad, 0u) << "N=" << N << " stage " << stage;
+            EXPECT_EQ(std::count(updates.begin(), updates.end(), 1), (long)layout.total)
+                << "N=" << N << " stage " << stage << ": a parameter is updated never or twice";
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
