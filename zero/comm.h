@@ -6,8 +6,11 @@
 // reduce-scatter plus an all-gather), a reduce-scatter or all-gather over n elements in total
 // moves n.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 enum class DType { F32, BF16 };
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
@@ -68,3 +71,20 @@ protected:
     int rank_ = 0, world_ = 1;
     CommCounters counters_;
 };
+
+// NCCL or MPI for device buffers. NCCL needs every rank on a GPU of its own; ranks of a node
+// that share one must go through MPI, staged through host memory. Decided from the GPUs' ids
+// (cudaDeviceProp.uuid) that the ranks of one node hold, in local rank order, not from how many
+// GPUs a rank sees: under a per-rank CUDA_VISIBLE_DEVICES every rank sees one.
+using GpuUuid = std::array<unsigned char, 16>;
+struct CommChoice {
+    bool nccl;
+    std::string why;  // for the log
+};
+inline CommChoice choose_communicator(const std::vector<GpuUuid>& node_gpus) {
+    for (size_t a = 0; a < node_gpus.size(); a++)
+        for (size_t b = a + 1; b < node_gpus.size(); b++)
+            if (node_gpus[a] == node_gpus[b])
+                return {false, "local ranks " + std::to_string(a) + " and " + std::to_string(b) + " share a GPU"};
+    return {true, "each of the node's " + std::to_string(node_gpus.size()) + " rank(s) has a GPU of its own"};
+}
