@@ -808,6 +808,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             if (cfg.overfit) train_data.reset();
             train_data.next_batch(inputs.data(), targets.data());
             model.forward(inputs.data(), targets.data(), B, T, dloss);
+            zero.reduce_during_backward(micro == accum - 1);
             model.backward(B, T);
         }
         const float loss = (float)(comm.all_reduce_host(model.take_loss_sum() / accum) / world);

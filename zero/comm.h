@@ -1,10 +1,10 @@
 // The one interface through which ranks talk. zero/ and the training loop call only these; an
 // MPI implementation (host memory, or device memory staged through the host) and an NCCL one
-// (device memory) sit behind it. Reduce-scatter and all-gather also come in an asynchronous
-// form, so ZeRO can move one layer while the next is computed. Every collective is a sum where it reduces, and counts the bytes
-// it moves per rank the way the ZeRO paper does: an all-reduce of n elements moves 2n (it is a
-// reduce-scatter plus an all-gather), a reduce-scatter or all-gather over n elements in total
-// moves n.
+// (device memory) sit behind it. Each collective also comes in an asynchronous form, so ZeRO
+// can move one layer while the next is computed. Every collective is a sum where it reduces,
+// and counts the bytes it moves per rank the way the ZeRO paper does: an all-reduce of n
+// elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter or all-gather
+// over n elements in total moves n.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -27,15 +27,15 @@ public:
     const CommCounters& counters() const { return counters_; }
     void reset_counters() { counters_ = CommCounters{}; }
 
-    // buf[0..n) summed over ranks, in place
-    void all_reduce(void* buf, size_t n, DType t) {
-        counters_.all_reduce += 2 * n * dtype_size(t);
-        do_all_reduce(buf, n, t);
-    }
     // A started collective: until wait(ticket) its buffers must stay untouched and its result
     // unused. After wait, host code may read a host result, and device work queued afterwards
     // sees a device result. Ticket 0 is a collective that finished before returning.
     using Ticket = uint64_t;
+    // buf[0..n) summed over ranks, in place
+    Ticket all_reduce_async(void* buf, size_t n, DType t) {
+        counters_.all_reduce += 2 * n * dtype_size(t);
+        return start_all_reduce(buf, n, t);
+    }
     // send holds world*n elements, rank-major; rank r receives the sum of block r in recv[0..n)
     Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t) {
         counters_.reduce_scatter += (size_t)world_ * n * dtype_size(t);
@@ -47,6 +47,7 @@ public:
         return start_all_gather(send, recv, n, t);
     }
     virtual void wait(Ticket) {}
+    void all_reduce(void* buf, size_t n, DType t) { wait(all_reduce_async(buf, n, t)); }
     void reduce_scatter(const void* send, void* recv, size_t n, DType t) { wait(reduce_scatter_async(send, recv, n, t)); }
     void all_gather(const void* send, void* recv, size_t n, DType t) { wait(all_gather_async(send, recv, n, t)); }
     // host memory, from root to all
@@ -64,7 +65,7 @@ public:
     [[noreturn]] virtual void abort(int code) = 0;
 
 protected:
-    virtual void do_all_reduce(void* buf, size_t n, DType t) = 0;
+    virtual Ticket start_all_reduce(void* buf, size_t n, DType t) = 0;
     virtual Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
     virtual Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
     virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;

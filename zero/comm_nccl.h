@@ -1,9 +1,8 @@
 // Communicator over NCCL for device buffers, one GPU per rank. MPI starts it (rank 0 makes the
 // ncclUniqueId and broadcasts it) and still carries the host-side calls: scalar all-reduces,
-// broadcasts of host memory, abort. Blocking collectives are queued on the kernels' stream, so
-// they are ordered with the kernels that produce and consume their buffers. Asynchronous ones
-// run on a stream of their own, after the work queued so far, and wait(ticket) makes the kernels'
-// stream wait for them, without stopping the host.
+// broadcasts of host memory, abort. Collectives run on a stream of their own, after the work
+// the kernels' stream holds so far, and wait(ticket) makes the kernels' stream wait for them,
+// without stopping the host.
 // NCCL refuses two ranks on one GPU: use MpiComm with staging (comm_mpi.h) there.
 // Only for nvcc builds with MPI.
 #pragma once
@@ -83,8 +82,10 @@ public:
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:
-    void do_all_reduce(void* buf, size_t n, DType t) override {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, nccl_, stream_));
+    Ticket start_all_reduce(void* buf, size_t n, DType t) override {
+        after_queued_work();
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, nccl_, comm_stream_));
+        return mark_done();
     }
     Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
         after_queued_work();
