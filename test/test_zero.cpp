@@ -205,6 +205,42 @@ TEST_P(ZeroStage, ResumesAtAnotherStage) {
     if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
 }
 
+// Reducing each group as soon as its backward is done (the last micro-step's, at stages 0-1)
+// must give the very bits of reducing everything after the whole backward: a group whose
+// reduction started before all its gradients were in would lose the later ones.
+TEST_P(ZeroStage, OverlappedReductionEqualsReductionAfterBackward) {
+    const int stage = GetParam();
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    GPT2Config mc;
+    config_from_descriptor(kModelDesc, &mc);
+    const std::vector<float> init = random_init(mc, 3);
+    auto run = [&](bool overlap) {
+        Zero<TestBackend> zero(stage, ParamLayout(mc).groups(mc.num_layers), comm);
+        zero.load(init.data());
+        GPT2<TestBackend> model(mc, kB, kT, 0, zero);
+        const AdamHyper hyper{0.9f, 0.95f, 1e-6f, 0.1f};
+        std::vector<float> result;
+        for (int step = 0; step < 3; step++) {
+            zero.zero_grads();
+            for (int micro = 0; micro < kAccum; micro++) {
+                std::vector<uint16_t> t = random_tokens(kB * kT + 1, mc.vocab_size, 100 * step + 10 * micro + comm.rank());
+                std::vector<int> tokens(t.begin(), t.end());
+                model.forward(tokens.data(), tokens.data() + 1, kB, kT, 1.0f / (kB * kT * kAccum * comm.world()));
+                zero.reduce_during_backward(overlap && micro == kAccum - 1);
+                model.backward(kB, kT);
+            }
+            result.push_back(zero.step(1e-2f, hyper, 1.0f, step + 1, 99u + step));
+        }
+        std::vector<float> params(zero.plan().total());
+        zero.save(params.data());
+        result.insert(result.end(), params.begin(), params.end());
+        return result;
+    };
+    const std::vector<float> after = run(false), overlapped = run(true);
+    int differ = memcmp(after.data(), overlapped.data(), after.size() * sizeof(float)) != 0;
+    EXPECT_EQ(failures_everywhere(differ), 0) << "norms or parameters differ when groups are reduced during backward";
+}
+
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroStage, ::testing::Values(0, 1, 2, 3));
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
