@@ -271,6 +271,7 @@ TEST_F(Cuda, Matmul) {
     check_matmul(384, 768, 2304, true);
     check_matmul(384, 3072, 768, true);
     check_matmul(67, 40, 24, true);
+    check_matmul(65535 * 128 + 3, 8, 8, true);  // more row chunks of the bias's column sums than gridDim.y holds
 }
 
 // ----------------------------------------------------------------------------
@@ -333,6 +334,7 @@ void check_attention(int B, int T, int C, int NH) {
 TEST_F(Cuda, Attention) {
     check_attention(2, 67, 96, 3);     // hs 32, T not a multiple of the tile
     check_attention(3, 128, 768, 12);  // GPT-2 small's heads
+    check_attention(2731, 2, 96, 24);  // B * NH = 65544 (b, h) pairs: more than gridDim.y or .z holds
     check_attention(1, 50, 48, 2);     // hs 24: padded to 32 inside the kernel
     check_attention(2, 67, 40, 2);     // hs 20: not a multiple of 8, scalar loads in bf16
     check_attention(1, 200, 256, 2);   // hs 128, several tiles
@@ -575,6 +577,35 @@ TEST_F(Cuda, ModelMatchesCpu) {
     // recomputation changes memory, not results
     std::vector<float> gpu_loss_rc = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, 2, &gpu_norms_recompute);
     EXPECT_EQ(gpu_loss_rc, gpu_loss) << "recompute=2 changed the losses";
+}
+
+// Kernel launches per training step (kernels and library calls, as check_launch counts them),
+// from the code: forward 9 per layer + 5 (encoder, final layernorm, classifier matmul,
+// softmax-loss, loss sum); backward 26 per layer + 9 (2 per matmul, +2 for a bias's column
+// sums; 3 per layernorm; attention 3, GELU 1; classifier matmul 2, final layernorm 3, encoder 4);
+// optimizer 2 (one norm, one AdamW launch). At d12: 35 * 12 + 16 = 436.
+TEST_F(Cuda, LaunchesPerStep) {
+    GPT2Config mc;
+    ASSERT_TRUE(config_from_descriptor("L=2,NH=3,C=96,V=101,maxT=80", &mc));
+    const int B = 2, T = 64;
+    std::vector<float> init = random_init(mc, 5);
+    std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 91);
+    SingleComm comm(CudaBackend::copy);
+    Zero<CudaBackend> zero(0, ParamLayout(mc).groups(mc.num_layers), comm);
+    zero.load(init.data());
+    GPT2<CudaBackend> model(mc, B, T, 0, zero);
+    uint64_t launches[2];
+    for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
+        const uint64_t before = CudaBackend::launches();
+        zero.zero_grads();
+        model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+        model.backward(B, T);
+        zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
+        model.take_loss_sum();
+        launches[s] = CudaBackend::launches() - before;
+    }
+    EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16));
+    EXPECT_EQ(launches[0], launches[1]);
 }
 
 // The whole model on the GPU against the PyTorch debug state that the CPU test uses. The fp32
