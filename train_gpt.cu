@@ -895,22 +895,12 @@ int main(int argc, char** argv) {
             // the ranks of a node take GPUs round-robin; NCCL needs one GPU per rank
             MPI_Comm node;
             MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-            int local_rank = 0, local_size = 1, rank = 0;
+            int local_rank = 0;
             MPI_Comm_rank(node, &local_rank);
-            MPI_Comm_size(node, &local_size);
-            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
             CudaBackend::init(local_rank);
-            std::vector<GpuUuid> node_gpus(local_size);
-            GpuUuid mine = CudaBackend::device_uuid();
-            MPI_Allgather(mine.data(), 16, MPI_BYTE, node_gpus.data(), 16, MPI_BYTE, node);
+            const bool nccl = nccl_usable(node, CudaBackend::device_uuid(), !cfg.quiet);
             MPI_Comm_free(&node);
-            const CommChoice choice = choose_communicator(node_gpus);
-            int everywhere = choice.nccl ? 1 : 0;  // every node must agree
-            MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-            if (rank == 0 && !cfg.quiet)
-                printf("communicator: %s (%s)\n", everywhere ? "NCCL" : "MPI through host memory",
-                       everywhere == choice.nccl ? choice.why.c_str() : "ranks of another node share a GPU");
-            if (everywhere) {
+            if (nccl) {
                 NcclComm comm(MPI_COMM_WORLD, gpu::stream());
                 train<CudaBackend>(cfg, comm);
             } else {

@@ -41,6 +41,25 @@
         }                                                                                       \
     } while (0)
 
+// Whether every rank holds a GPU of its own: the ranks of each node (`node`) compare their
+// GPUs' ids (choose_communicator in comm.h), and all ranks agree. Rank 0 says which
+// communicator it is and why, when `say`.
+inline bool nccl_usable(MPI_Comm node, const GpuUuid& mine, bool say) {
+    int local_size = 1, rank = 0;
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::vector<GpuUuid> node_gpus(local_size);
+    MPI_Allgather(mine.data(), (int)mine.size(), MPI_BYTE, node_gpus.data(), (int)mine.size(), MPI_BYTE, node);
+    const CommChoice choice = choose_communicator(node_gpus);
+    int everywhere = choice.nccl ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    const bool nccl = everywhere == 1;
+    if (rank == 0 && say)
+        printf("communicator: %s (%s)\n", nccl ? "NCCL" : "MPI through host memory",
+               nccl == choice.nccl ? choice.why.c_str() : "ranks of another node share a GPU");
+    return nccl;
+}
+
 class NcclComm : public Communicator {
 public:
     // stream: where collectives run; pass the backend's (gpu::stream()). The device must be

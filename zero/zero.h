@@ -240,8 +240,9 @@ public:
     // Reduce what is left to reduce, clip by the global norm, update this rank's shard with
     // AdamW and share the new parameters. Returns the gradient norm before clipping.
     float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
-        for (int g = 0; g < plan_.num_groups() && stage_ <= 1; g++)
-            if (!reduced_[g]) reduce_group(g);  // what no backward reduced
+        if (stage_ <= 1)  // what no backward reduced
+            for (int g = 0; g < plan_.num_groups(); g++)
+                if (!reduced_[g]) reduce_group(g);
         for (int s = 0; s < kSlots; s++) {
             finish_reduce(s);
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change

@@ -12,19 +12,29 @@
 
 namespace gpu {
 
-// the table entry holding element e, walking on from entry *j (a thread's elements only grow)
-__device__ inline const ShardTensor& entry_of(const ShardTensor* table, size_t e, int* j) {
+// The table entry holding element e: *j < 0 finds it by bisection, later calls walk on from
+// there (a thread's elements only grow, and the table has one entry per tensor, 580 at d48).
+__device__ inline const ShardTensor& entry_of(const ShardTensor* table, int count, size_t e, int* j) {
+    if (*j < 0) {
+        int lo = 0, hi = count - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (table[mid].start <= e) lo = mid;
+            else hi = mid - 1;
+        }
+        *j = lo;
+    }
     while (table[*j].start + table[*j].n <= e) ++*j;
     return table[*j];
 }
 
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                             const ShardTensor* table, size_t total, float lr, float beta1, float beta2, float bc1,
-                             float bc2, float eps, float wd, float grad_scale, uint32_t seed) {
+                             const ShardTensor* table, int count, size_t total, float lr, float beta1, float beta2,
+                             float bc1, float bc2, float eps, float wd, float grad_scale, uint32_t seed) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    int j = 0;
+    int j = -1;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
-        const ShardTensor& t = entry_of(table, e, &j);
+        const ShardTensor& t = entry_of(table, count, e, &j);
         const size_t i = e - t.start, s = t.state_offset + i;
         floatX* param = params + t.param_offset + i;
         const float g = (float)grads[t.grad_offset + i] * grad_scale;
@@ -46,7 +56,8 @@ inline void adamw_update(floatX* params, float* master, const floatX* grads, flo
     const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     const int block = 256;
     adamw_kernel<<<elementwise_blocks(table.elements, block), block, 0, stream()>>>(
-        params, master, grads, m, v, table.device, table.elements, lr, beta1, beta2, bc1, bc2, eps, wd, grad_scale, seed);
+        params, master, grads, m, v, table.device, table.count, table.elements, lr, beta1, beta2, bc1, bc2, eps, wd,
+        grad_scale, seed);
     check_launch();
 }
 

@@ -15,11 +15,11 @@ constexpr int kNormBlocks = 512, kNormThreads = 256;
 // *out = sum of squares; partial holds gridDim.x floats, *done is 0 (and is left 0)
 __global__ void __launch_bounds__(kNormThreads) grad_norm_squared_kernel(float* out, float* partial, unsigned* done,
                                                                          const floatX* grads, const ShardTensor* table,
-                                                                         size_t total) {
+                                                                         int count, size_t total) {
     float sum = 0.0f;
-    int j = 0;
+    int j = -1;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
-        const ShardTensor& t = entry_of(table, e, &j);
+        const ShardTensor& t = entry_of(table, count, e, &j);
         const float x = (float)grads[t.grad_offset + e - t.start];
         sum += x * x;
     }
@@ -48,9 +48,11 @@ inline void grad_norm_squared(float* out, const floatX* grads, const ShardTable&
         CUDA_CHECK(cudaMemset(done, 0, sizeof(unsigned)));
     }
     // small shards need no 512 blocks
-    const int blocks = (int)std::min<size_t>(kNormBlocks, std::max<size_t>(1, (table.elements + kNormThreads - 1) / kNormThreads));
+    const size_t wanted = (table.elements + kNormThreads - 1) / kNormThreads;
+    const int blocks = (int)std::min<size_t>(kNormBlocks, std::max<size_t>(1, wanted));
     float* partial = (float*)scratch(kNormBlocks * sizeof(float));
-    grad_norm_squared_kernel<<<blocks, kNormThreads, 0, stream()>>>(out, partial, done, grads, table.device, table.elements);
+    grad_norm_squared_kernel<<<blocks, kNormThreads, 0, stream()>>>(out, partial, done, grads, table.device,
+                                                                    table.count, table.elements);
     check_launch();
 }
 
