@@ -70,27 +70,42 @@ def llmc_config(directory):
     return cfg
 
 
-def read_weights(directory):
-    """All tensors of the model's weight files (one file or an index of shards), as fp32 numpy."""
+def read_tensors(path):
+    """name -> fp32 numpy array of one weight file; torch only where numpy cannot (its files, bf16)."""
+    from safetensors import safe_open
+    if path.endswith(".safetensors"):
+        try:
+            with safe_open(path, framework="np") as f:
+                return {k: f.get_tensor(k).astype(np.float32) for k in f.keys()}
+        except TypeError:  # a dtype numpy lacks (bfloat16): read it with torch below
+            pass
     import torch
     from safetensors.torch import load_file
+    loaded = load_file(path) if path.endswith(".safetensors") else torch.load(path, map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in loaded.items()}
+
+
+def read_weights(directory):
+    """All tensors of the model's weight files (one file or an index of shards)."""
     for name in WEIGHT_FILES:
         index = os.path.join(directory, name + ".index.json")
         if os.path.isfile(os.path.join(directory, name)):
             files = [name]
         elif os.path.isfile(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
+            try:
+                with open(index) as f:
+                    files = sorted(set(json.load(f)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError) as e:
+                raise ConversionError(f"{index}: expected a JSON index with a weight_map ({type(e).__name__}: {e})")
         else:
             continue
         tensors = {}
         for file in files:
             path = os.path.join(directory, file)
             try:
-                loaded = load_file(path) if file.endswith(".safetensors") else torch.load(path, map_location="cpu", weights_only=True)
+                tensors.update(read_tensors(path))
             except Exception as e:  # the libraries raise their own types for truncated or foreign files
                 raise ConversionError(f"{path}: cannot read tensors ({type(e).__name__}: {e})")
-            tensors.update({k: v.float().numpy() for k, v in loaded.items()})
         return tensors
     raise ConversionError(f"{directory}: no {' or '.join(WEIGHT_FILES)} (or their .index.json), expected GPT-2's weights")
 
