@@ -305,6 +305,15 @@ class BadInputTest(unittest.TestCase):
         self.expect_import_failure(self.variant("shape", tensors={"h.0.attn.c_attn.weight": w}),
                                    "h.0.attn.c_attn.weight", "(96, 32)", "(32, 96)")
 
+    def test_more_layers_than_config(self):
+        self.expect_import_failure(self.variant("layers", config={"n_layer": 1}), "unexpected", "h.1.")
+
+    def test_foreign_vocabulary(self):  # read before anything is written: no checkpoint without its tokenizer
+        d = self.variant("vocab")
+        with open(os.path.join(d, "vocab.json"), "w") as f:
+            json.dump({"a": 0, "b": 2}, f)
+        self.expect_import_failure(d, "vocab.json", "GPT-2's vocabulary")
+
     def test_untied_lm_head(self):
         lm_head = self.tensors["wte.weight"] + 1
         self.expect_import_failure(self.variant("untied", tensors={"lm_head.weight": lm_head}), "lm_head.weight")
