@@ -207,8 +207,9 @@ class HuggingFaceTest(unittest.TestCase):
         # exported as bf16 rounds the same way
         for source, name in ((ckpt, "exported_v5"), (self.imported, "exported_fp32_as_bf16")):
             check_run(self, PY, "scripts/export_hf.py", source, self.path(name), "--dtype", "bfloat16")
+            stored = load_file(os.path.join(self.path(name), "model.safetensors"))
+            self.assertEqual({v.dtype for v in stored.values()}, {torch.bfloat16})
             model = self.load_exported(self.path(name), torch_dtype="auto")
-            self.assertEqual(model.dtype, torch.bfloat16)
             exported = model.state_dict()
             for k, v in rounded.state_dict().items():
                 self.assertTrue(torch.equal(exported[k].double(), v), k)
