@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
 import data_common  # noqa: E402
-from hf_gpt2 import BUFFERS, MERGES_FILES, VOCAB_FILES, ConversionError, find_file, hf_tensor_shapes, hf_to_flat, run  # noqa: E402
+from hf_gpt2 import (BUFFERS, MERGES_FILES, VOCAB_FILES, ConversionError, find_file, hf_tensor_shapes,  # noqa: E402
+                     hf_to_flat, run)
 from llmc_checkpoint import pad_vocab, write_checkpoint  # noqa: E402
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
