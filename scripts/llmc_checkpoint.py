@@ -74,8 +74,9 @@ def read_checkpoint(path):
                 raise CheckpointError(f"{path}: inconsistent checkpoint header (maxT={h[2]} V={h[3]} L={h[4]} "
                                       f"NH={h[5]} C={h[6]} Vp={h[7]})")
             n, elem = num_params(cfg), 4 if h[1] == 3 else 2
-            if size != 4 * HEADER_INTS + n * elem:
-                raise CheckpointError(f"{path}: checkpoint is {size} bytes, expected {4 * HEADER_INTS + n * elem} for this header")
+            expected = 4 * HEADER_INTS + n * elem
+            if size != expected:
+                raise CheckpointError(f"{path}: checkpoint is {size} bytes, expected {expected} for this header")
             body = f.read()
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror}")

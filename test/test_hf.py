@@ -184,7 +184,8 @@ class HuggingFaceTest(unittest.TestCase):
         check_run(self, "./train_gpt", "-e", ckpt, "-i", self.shard, "-b", str(B), "-t", str(T), "-x", "3", "-l", "1e-3",
                   "-v", "0", "-s", "0", "-o", out, "--device", "cpu")
         trained = os.path.join(out, "model_00000003.bin")
-        self.assertGreater(np.abs(read_checkpoint(trained)[1] - read_checkpoint(ckpt)[1]).max(), 1e-4, "training moved nothing")
+        moved = np.abs(read_checkpoint(trained)[1] - read_checkpoint(ckpt)[1]).max()
+        self.assertGreater(moved, 1e-4, "training moved nothing")
         check_run(self, PY, "scripts/export_hf.py", trained, self.path("exported"))
         self.assertEqual(sorted(os.listdir(self.path("exported"))), ["config.json", "model.safetensors"])
         model = self.load_exported(self.path("exported")).double()
@@ -214,7 +215,8 @@ class HuggingFaceTest(unittest.TestCase):
             for k, v in rounded.state_dict().items():
                 self.assertTrue(torch.equal(exported[k].double(), v), k)
         # imported again (a bf16 safetensors file): the same version 5 checkpoint
-        self.assertTrue(same_bytes(ckpt, self.import_hf(self.path("exported_v5"), self.path("v5_again.bin"), "--dtype", "bfloat16")))
+        again = self.import_hf(self.path("exported_v5"), self.path("v5_again.bin"), "--dtype", "bfloat16")
+        self.assertTrue(same_bytes(ckpt, again))
         # bf16 tolerance: rounding each weight by up to 2^-9 relative moves these logits (std 0.8,
         # largest 3.3) by 0.023 at most (mean 0.004); 5e-2 absolute + 2e-2 relative is twice that
         ratio = max_ratio(hf_logits(model.double(), self.tokens), hf_logits(self.model, self.tokens), 2e-2, 5e-2)
@@ -229,7 +231,8 @@ class HuggingFaceTest(unittest.TestCase):
         os.makedirs(self.path("vocab"))
         ckpt = self.import_hf(source, os.path.join(self.path("vocab"), "model.bin"))
         # the tokenizer written from vocab.json is the one the data step builds with tiktoken
-        self.assertTrue(same_bytes(os.path.join(self.path("vocab"), "gpt2_tokenizer.bin"), os.path.join(TINY, "gpt2_tokenizer.bin")))
+        written = os.path.join(self.path("vocab"), "gpt2_tokenizer.bin")
+        self.assertTrue(same_bytes(written, os.path.join(TINY, "gpt2_tokenizer.bin")))
         check_run(self, PY, "scripts/export_hf.py", ckpt, self.path("vocab_hf"), "--tokenizer", GPT2_FILES)
         tokenizer = transformers.AutoTokenizer.from_pretrained(self.path("vocab_hf"))  # as lm-evaluation-harness loads it
         # Tiny Shakespeare's first 20 documents, each after an end-of-text (data/tinyshakespeare.py),
@@ -298,7 +301,8 @@ class BadInputTest(unittest.TestCase):
         self.expect_import_failure(self.variant("relu", config={"activation_function": "relu"}), "activation_function")
 
     def test_missing_tensor(self):
-        self.expect_import_failure(self.variant("missing", tensors={"h.1.mlp.c_fc.bias": None}), "h.1.mlp.c_fc.bias", "missing")
+        self.expect_import_failure(self.variant("missing", tensors={"h.1.mlp.c_fc.bias": None}),
+                                   "h.1.mlp.c_fc.bias", "missing")
 
     def test_wrong_shape(self):
         # c_attn stored as nn.Linear would store it, (3C, C), instead of Conv1D's (C, 3C)
