@@ -62,7 +62,8 @@ fi
 
 # one dpkg-query for every package: the ones not installed are missing
 names=(); for d in "${debs[@]}"; do names+=("${d%%|*}"); done
-installed=" $(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${names[@]}" 2>/dev/null | awk '$2 == "ii" {printf "%s ", $1}') "
+# (dpkg-query fails when any is unknown to it, which is what we are asking)
+installed=" $({ dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${names[@]}" 2>/dev/null || true; } | awk '$2 == "ii" {printf "%s ", $1}') "
 missing_debs=(); seen=" "
 for d in "${debs[@]}"; do
     pkg=${d%%|*}

@@ -12,7 +12,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 cat >"$stubs/dpkg-query" <<'STUB'
 #!/usr/bin/env bash
 shift 2
-for p in "$@"; do [[ " $MISSING " == *" $p "* ]] || echo "$p ii"; done
+status=0
+for p in "$@"; do if [[ " $MISSING " == *" $p "* ]]; then status=1; else echo "$p ii"; fi; done
+exit $status
 STUB
 cat >"$stubs/apt-get" <<'STUB'
 #!/usr/bin/env bash
