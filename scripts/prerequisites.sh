@@ -126,6 +126,7 @@ pip_install() {
     for e in "$@"; do reqs+=("${e%%|*}"); done
     # Debian marks its Python as externally managed (PEP 668); installing beside its packages is the point here
     [ -e "$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && flags+=(--break-system-packages)
+    [ $am_root = 1 ] && flags+=(--root-user-action=ignore)  # installing as root is what was asked for
     if pip_needs_root "$py" && [ $am_root != 1 ]; then
         echo "prerequisites: missing ${reqs[*]} in $py; run: sudo $py -m pip install ${flags[*]} ${reqs[*]}" >&2
         exit 1
