@@ -42,6 +42,7 @@ pip_data+=("tiktoken|tiktoken|GPT-2's BPE tokenizer, for the data scripts")
 if [ "$level" = test ]; then
     want_deb libgtest-dev "GoogleTest, for the test binaries"
     want_deb bc "arithmetic in the test runner"
+    want_deb procps "pgrep, for the tests that kill a rank"
     want_deb python3-torch "PyTorch, the reference the model is tested against"
     want_deb python3-numpy "numpy for the PyTorch reference scripts"
     pip_torch+=("transformers==4.30.2|transformers|transformers' GPT-2 and tokenizer, for the reference checks")
