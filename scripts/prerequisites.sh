@@ -42,6 +42,7 @@ pip_data+=("tiktoken|tiktoken|GPT-2's BPE tokenizer, for the data scripts")
 if [ "$level" = test ]; then
     want_deb libgtest-dev "GoogleTest, for the test binaries"
     want_deb bc "arithmetic in the test runner"
+    want_deb procps "pgrep, for the tests that kill a rank"
     want_deb python3-torch "PyTorch, the reference the model is tested against"
     want_deb python3-numpy "numpy for the PyTorch reference scripts"
     pip_torch+=("transformers==4.30.2|transformers|transformers' GPT-2 and tokenizer, for the reference checks")
@@ -62,7 +63,8 @@ fi
 
 # one dpkg-query for every package: the ones not installed are missing
 names=(); for d in "${debs[@]}"; do names+=("${d%%|*}"); done
-installed=" $(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${names[@]}" 2>/dev/null | awk '$2 == "ii" {printf "%s ", $1}') "
+# (dpkg-query fails when any is unknown to it, which is what we are asking)
+installed=" $({ dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${names[@]}" 2>/dev/null || true; } | awk '$2 == "ii" {printf "%s ", $1}') "
 missing_debs=(); seen=" "
 for d in "${debs[@]}"; do
     pkg=${d%%|*}
@@ -125,6 +127,7 @@ pip_install() {
     for e in "$@"; do reqs+=("${e%%|*}"); done
     # Debian marks its Python as externally managed (PEP 668); installing beside its packages is the point here
     [ -e "$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && flags+=(--break-system-packages)
+    [ $am_root = 1 ] && flags+=(--root-user-action=ignore)  # installing as root is what was asked for
     if pip_needs_root "$py" && [ $am_root != 1 ]; then
         echo "prerequisites: missing ${reqs[*]} in $py; run: sudo $py -m pip install ${flags[*]} ${reqs[*]}" >&2
         exit 1
