@@ -10,12 +10,11 @@ load, as for OpenAI's files). With --tokenizer DIR (GPT-2's vocab.json and merge
 OpenAI's encoder.json and vocab.bpe) the tokenizer files go into OUT_DIR too. Everything is
 written into a new directory beside OUT_DIR first, so a failure leaves OUT_DIR as it was.
 """
-import argparse
 import os
 import shutil
 import tempfile
 
-from hf_gpt2 import MERGES_FILES, VOCAB_FILES, ConversionError, find_file, flat_to_hf, run
+from hf_gpt2 import MERGES_FILES, VOCAB_FILES, ConversionError, find_file, flat_to_hf, parser, run
 from llmc_checkpoint import read_checkpoint
 
 GPT2_EOT = 50256
@@ -50,11 +49,9 @@ def write_hf(out_dir, cfg, flat, dtype, tokenizer):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("checkpoint", help="llm.c checkpoint (model_N.bin)")
     ap.add_argument("out_dir", help="Hugging Face model directory to write")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                    help="dtype of the stored weights (default %(default)s)")
     ap.add_argument("--tokenizer", metavar="DIR", help="directory with GPT-2's tokenizer files to include")
     a = ap.parse_args()
 

@@ -4,12 +4,13 @@ HF keeps GPT-2's linear layers as Conv1D, whose weight is (in, out): the transpo
 (out, in), which is nn.Linear's. A layer's tensors are h.{l}.NAME in HF and one stacked tensor
 over l in llm.c. HF's wte has V rows, llm.c's Vp (padded with zero rows); lm_head is wte in both.
 """
+import argparse
 import os
 import sys
 
 import numpy as np
 
-from llmc_checkpoint import CheckpointError, param_shapes, split
+from llmc_checkpoint import VERSION_FOR_DTYPE, CheckpointError, param_shapes, split
 
 # llm.c tensor -> HF name (a layer's names without the "h.{l}." in front)
 HF_NAMES = {
@@ -84,6 +85,14 @@ def find_file(directory, names):
         if os.path.isfile(os.path.join(directory, n)):
             return os.path.join(directory, n)
     return None
+
+
+def parser(doc):
+    """Both scripts' command line: their docstring as help, and --dtype."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtype", choices=list(VERSION_FOR_DTYPE), default="float32",
+                    help="the weights written: float32 or bfloat16 (a checkpoint's version 3 or 5; default %(default)s)")
+    return ap
 
 
 def run(prog, main):

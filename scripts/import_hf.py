@@ -10,7 +10,6 @@ vocabulary is padded to a multiple of 128 with zero rows. When SOURCE has GPT-2'
 (vocab.json or encoder.json) it is written too, in llm.c's format, to --tokenizer-out (default
 gpt2_tokenizer.bin beside OUT.bin).
 """
-import argparse
 import json
 import os
 import sys
@@ -20,8 +19,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
 import data_common  # noqa: E402
 from hf_gpt2 import (BUFFERS, MERGES_FILES, VOCAB_FILES, ConversionError, find_file, hf_tensor_shapes,  # noqa: E402
-                     hf_to_flat, run)
-from llmc_checkpoint import pad_vocab, write_checkpoint  # noqa: E402
+                     hf_to_flat, parser, run)
+from llmc_checkpoint import VERSION_FOR_DTYPE, pad_vocab, write_checkpoint  # noqa: E402
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -156,11 +155,9 @@ def tokenizer_bytes(directory):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("source", help="Hugging Face GPT-2 directory, or a Hub name such as gpt2")
     ap.add_argument("out", help="llm.c checkpoint to write")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                    help="float32: version 3, bfloat16: version 5 (default %(default)s)")
     ap.add_argument("--tokenizer-out", help="where the tokenizer goes (default: gpt2_tokenizer.bin beside OUT)")
     a = ap.parse_args()
 
@@ -174,7 +171,7 @@ def main():
     tokenizer = tokenizer_bytes(directory)  # read before anything is written, so a bad one writes nothing
 
     write_checkpoint(a.out, cfg, flat, a.dtype)
-    print(f"wrote {a.out}: version {3 if a.dtype == 'float32' else 5}, L={cfg['L']} NH={cfg['NH']} C={cfg['C']} "
+    print(f"wrote {a.out}: version {VERSION_FOR_DTYPE[a.dtype]}, L={cfg['L']} NH={cfg['NH']} C={cfg['C']} "
           f"V={cfg['V']} (padded {cfg['Vp']}) maxT={cfg['maxT']}, {flat.size} parameters")
     if tokenizer is not None:
         path = a.tokenizer_out or os.path.join(os.path.dirname(a.out), "gpt2_tokenizer.bin")
