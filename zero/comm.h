@@ -47,7 +47,6 @@ public:
         return start_all_gather(send, recv, n, t);
     }
     virtual void wait(Ticket) {}
-    void all_reduce(void* buf, size_t n, DType t) { wait(all_reduce_async(buf, n, t)); }
     void reduce_scatter(const void* send, void* recv, size_t n, DType t) { wait(reduce_scatter_async(send, recv, n, t)); }
     void all_gather(const void* send, void* recv, size_t n, DType t) { wait(all_gather_async(send, recv, n, t)); }
     // host memory, from root to all
