@@ -48,7 +48,7 @@ $(TINY_DATA):
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training
+TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
 endif
@@ -57,10 +57,10 @@ test/test_zero: GTEST_MAIN =
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
-# the model test once more on the plain-loop matmul that NO_BLAS=1 builds use
-test/test_model_noblas: test/test_model.cpp train_gpt.cu $(HEADERS) test/test_util.h
+# the op and model tests once more on the plain-loop matmul that NO_BLAS=1 builds use
+test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
 	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
-TEST_BINS += test/test_model_noblas
+TEST_BINS += test/test_ops_noblas test/test_model_noblas
 
 test: train_gpt $(TEST_BINS) $(TINY_DATA)
 	bash test/run_tests.sh
@@ -69,4 +69,4 @@ bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda
+	rm -f train_gpt test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda
