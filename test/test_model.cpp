@@ -23,9 +23,12 @@ struct Fixture {
     std::vector<float> params = load_checkpoint(kModel, &config);
 };
 
+// scripts/make_fixtures.sh writes L=2,NH=4,C=64,V=101,maxT=32 (so Vp=128): all different
 TEST(Model, CheckpointMatchesFixtureHeader) {
     Fixture f;
-    EXPECT_EQ(f.config.num_layers, 2);
+    EXPECT_EQ(std::vector<int>({f.config.max_seq_len, f.config.vocab_size, f.config.num_layers, f.config.num_heads,
+                                f.config.channels, f.config.padded_vocab_size}),
+              std::vector<int>({32, 101, 2, 4, 64, 128}));
     EXPECT_EQ(f.config.vocab_size, f.state.V);
     EXPECT_EQ(f.config.padded_vocab_size, f.state.Vp);
     EXPECT_EQ(ParamLayout(f.config).total, f.state.num_params);
