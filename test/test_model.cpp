@@ -55,6 +55,42 @@ TEST(Model, MatchesPyTorch) {
     EXPECT_LE(tolerance_ratio(run.params.data(), s.params_after.data(), run.params.size(), 1e-5, 2e-5), 1.0);
 }
 
+// A checkpoint from elsewhere may hold anything in wte's padded rows V..Vp-1. Their logits must
+// take no part in the loss and the rows must get exactly zero gradient: the model with large
+// random padded rows gives the loss and gradients of the same model with the padding removed
+// (Vp = V), to fp32 rounding (the matmuls differ only in width: 1e-6 relative, 1e-7 absolute).
+TEST(Model, PaddedVocabularyRowsTakeNoPart) {
+    Fixture f;
+    const DebugState& s = f.state;
+    const int V = f.config.vocab_size, Vp = f.config.padded_vocab_size, C = f.config.channels;
+    ASSERT_GT(Vp, V);
+    std::vector<float> padded = f.params;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);  // 50x the real rows' scale: they would dominate the softmax
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) padded[i] = normal(rng);
+    GPT2Config unpadded = f.config;
+    unpadded.padded_vocab_size = V;
+    std::vector<float> trimmed(padded.begin(), padded.begin() + (size_t)V * C);  // wte is the first tensor
+    trimmed.insert(trimmed.end(), padded.begin() + (size_t)Vp * C, padded.end());
+    ASSERT_EQ(trimmed.size(), ParamLayout(unpadded).total);
+
+    auto loss_and_grads = [&](const GPT2Config& c, const std::vector<float>& params) {
+        Zero<CpuBackend> zero(0, ParamLayout(c).groups(c.num_layers), single_comm());
+        zero.load(params.data());
+        GPT2<CpuBackend> model(c, s.B, s.T, 0, zero);
+        zero.zero_grads();
+        float loss = model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+        model.backward(s.B, s.T);
+        return std::make_pair(loss, gradients_to_host(zero));
+    };
+    auto [loss, grads] = loss_and_grads(f.config, padded);
+    auto [want_loss, want_grads] = loss_and_grads(unpadded, trimmed);
+    EXPECT_NEAR(loss, want_loss, 1e-6 * want_loss);
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) ASSERT_EQ(grads[i], 0.0f) << "padded wte element " << i;
+    grads.erase(grads.begin() + (size_t)V * C, grads.begin() + (size_t)Vp * C);
+    EXPECT_LE(tolerance_ratio(grads.data(), want_grads.data(), grads.size(), 1e-6, 1e-7), 1.0);
+}
+
 // Recomputing GELU and layernorm in backward must not change a single bit.
 TEST(Model, RecomputeGivesIdenticalGradients) {
     Fixture f;
