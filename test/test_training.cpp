@@ -198,11 +198,13 @@ TEST_F(Training, SameSeedSameBits) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
-// -y 1 continues from the latest checkpoint exactly as if the run had not stopped
+// -y 1 continues from the latest checkpoint exactly as if the run had not stopped, here with
+// 3 micro-batches per step (the data must resume 3 windows per completed step on)
 TEST_F(Training, ResumeContinuesBitForBit) {
     std::string dir = temp_dir();
     write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
     TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.total_batch = 3L * cfg.B * cfg.T;
     cfg.max_steps = 6;
     cfg.checkpoint_every = 3;
     cfg.schedule = "linear";  // the learning rate must pick up where it was
