@@ -6,15 +6,19 @@
 // Tolerances: |fp32 - reference| <= atol + rtol |reference| per element. The references are
 // exact to ~1e-15 (finite differences to ~1e-9 absolute), so the tolerances bound only the
 // kernels' fp32 rounding: a few ulp (2^-23 = 1.2e-7) times the length of the sums involved.
-//   residual, encoder, sum of squares          rtol 2.4e-7 (two ulp: one rounding each)
-//   GELU forward                               rtol 1e-6, atol 1e-7 (near 0 the output is a
-//                                              difference of O(|x|) terms: atol covers it)
-//   GELU backward                              rtol 1e-6, atol 2.4e-7 |dout| (1 + |x|^3): a
-//                                              difference of terms that large
-//   layernorm, matmul, attention, classifier   rtol 1e-6, atol 1e-6 (sums of <= 64 terms)
-//   AdamW update                               rtol 1e-6, atol 1e-9
-// The inputs are small (dozens to hundreds of elements), so one test binary runs in well under
-// a second, and a constant wrong in its 4th digit (GELU's 0.044715) fails its op's check.
+//   residual, encoder forward            rtol 2.4e-7 (one fp32 addition per element)
+//   encoder backward                     rtol 2.4e-7, atol 1e-7 (a few additions per element)
+//   GELU forward                         rtol 1e-6, atol 1e-7 (near 0 the output is a
+//                                        difference of O(|x|) terms: atol covers it)
+//   GELU backward                        rtol 1e-6, atol 2.4e-7 |dout| (1 + |x|^3): a
+//                                        difference of terms that large
+//   layernorm, matmul, attention         rtol 1e-6, atol 1e-6 (sums of <= 64 terms)
+//   classifier                           rtol 1e-6, atol 1e-6 (loss), 1e-8 (dlogits ~ dloss/V)
+//   AdamW update                         rtol 1e-6, atol 1e-9
+//   sum of squares                       rtol 1e-12 (summed in double)
+// Against finite differences the same, but 1e-6 absolute at least where the op's is smaller
+// (the encoder's). The inputs are small (dozens to hundreds of elements), so the binary runs in
+// well under a second, and a constant wrong in its 4th digit (GELU's 0.044715) fails its op.
 #include <gtest/gtest.h>
 
 #include <cmath>
