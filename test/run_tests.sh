@@ -37,6 +37,8 @@ run_check() {  # NAME COMMAND...
     fi
 }
 
+run_gtest "CPU ops vs their formulas in double" env OMP_NUM_THREADS=2 test/test_ops
+run_gtest "CPU ops, NO_BLAS matmul" env OMP_NUM_THREADS=2 test/test_ops_noblas
 run_gtest "model vs PyTorch" env OMP_NUM_THREADS=2 test/test_model
 run_gtest "model vs PyTorch, NO_BLAS matmul" env OMP_NUM_THREADS=2 test/test_model_noblas
 run_gtest "file formats" env OMP_NUM_THREADS=2 test/test_formats
