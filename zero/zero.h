@@ -214,7 +214,8 @@ public:
     Tensors grads(int g) {
         const auto& group = plan_.group(g);
         if (stage_ <= 1) {
-            if (reduced_[g]) fatal(1, "zero: gradients of group %d wanted after their reduction (another backward after reduce_during_backward(true)?)", g);
+            if (reduce_in_backward_ && reduced_[g])
+                fatal(1, "zero: group %d's gradients wanted after their reduction began (a second backward after reduce_during_backward(true)?)", g);
             return tensors_at(grads_full_, group, full_offset);
         }
         int s = slot_of(g);
@@ -249,6 +250,7 @@ public:
         if (stage_ <= 1)  // what no backward reduced
             for (int g = 0; g < plan_.num_groups(); g++)
                 if (!reduced_[g]) reduce_group(g);
+        reduce_in_backward_ = false;  // the gradients may be read again
         for (int s = 0; s < kSlots; s++) {
             finish_reduce(s);
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
