@@ -48,7 +48,7 @@ $(TINY_DATA):
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training
+TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training test/test_hellaswag
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
 endif
@@ -69,4 +69,4 @@ bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda
+	rm -f train_gpt test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda
