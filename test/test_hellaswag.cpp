@@ -96,9 +96,12 @@ TEST(HellaSwagFlags, HTakesZeroOrOneAndIsHelpWithoutAValue) {
         for (auto& a : args) argv.push_back(a.data());
         return parse_args((int)argv.size(), argv.data());
     };
-    EXPECT_EQ(parse({"-h", "1"}).hellaswag, 1);
-    EXPECT_EQ(parse({"--hellaswag", "1", "-h", "0"}).hellaswag, 0);
-    EXPECT_EQ(parse({}).hellaswag, 0) << "llm.c's default is off";
+    // in a child, since help exits: 3 + the value of -h when parsing returns
+    auto h_value = [&](std::vector<std::string> args) { exit(3 + parse(args).hellaswag); };
+    EXPECT_EXIT(h_value({"-h", "1"}), ExitedWithCode(4), "");
+    EXPECT_EXIT(h_value({"-h", "1", "-x", "2"}), ExitedWithCode(4), "");
+    EXPECT_EXIT(h_value({"--hellaswag", "1", "-h", "0"}), ExitedWithCode(3), "");
+    EXPECT_EXIT(h_value({}), ExitedWithCode(3), "") << "llm.c's default is off";
     EXPECT_EQ(parse({"--hellaswag-file", "f.bin"}).hellaswag_file, "f.bin");
     EXPECT_EXIT(parse({"-h"}), ExitedWithCode(0), "");
     EXPECT_EXIT(parse({"-h", "-x", "2"}), ExitedWithCode(0), "");
