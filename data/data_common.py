@@ -13,6 +13,7 @@ File formats (compatible with karpathy/llm.c):
   its index, the label, the number of endings (4), then the context and each
   ending as a length followed by that many tokens.
 """
+import argparse
 import os
 import sys
 import urllib.request
@@ -194,6 +195,17 @@ def download(url, path, chunk_size=1 << 20):
         sys.exit(f"download of {url} failed ({e}); pass a local file instead")
     os.replace(tmp, path)
     return path
+
+
+def single_file_args(description, input_name, out_subdir, argv=None):
+    """Arguments of a script that tokenizes one downloadable file into <project>/data/<out_subdir>."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", default=None,
+                   help=f"local {input_name} (default: download to <out-dir>/{input_name})")
+    p.add_argument("--out-dir", default=os.path.join(PROJECT_ROOT, "data", out_subdir),
+                   help="output directory (default: %(default)s)")
+    add_tokenizer_args(p)
+    return p.parse_args(argv)
 
 
 def add_tokenizer_args(parser):

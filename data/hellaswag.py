@@ -15,7 +15,6 @@ Offline use:
   python3 data/hellaswag.py --input hellaswag_val.jsonl \\
       --vocab-bpe vocab.bpe --encoder-json encoder.json
 """
-import argparse
 import json
 import os
 import sys
@@ -63,13 +62,7 @@ def render(example, enc):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", default=None,
-                   help="local hellaswag_val.jsonl (default: download to <out-dir>/hellaswag_val.jsonl)")
-    p.add_argument("--out-dir", default=os.path.join(dc.PROJECT_ROOT, "data", "hellaswag"),
-                   help="output directory (default: %(default)s)")
-    dc.add_tokenizer_args(p)
-    args = p.parse_args(argv)
+    args = dc.single_file_args(__doc__, "hellaswag_val.jsonl", "hellaswag", argv)
 
     path = args.input
     if path is None:
