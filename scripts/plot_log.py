@@ -60,7 +60,7 @@ def read_log(path):
 
 
 def plot(logs, size, tokens_per_step, out):
-    fig, (ax_loss, ax_hs) = plt.subplots(1, 2, figsize=(10, 4), dpi=80)
+    fig, (ax_loss, ax_hs) = plt.subplots(1, 2, figsize=(10, 4), dpi=80, sharex=True)
     for i, (path, series) in enumerate(logs):
         colour = f"C{i}"
         label = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
