@@ -349,6 +349,7 @@ public:
     float forward(const int* inputs, const int* targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
         zero_.begin_micro_step();
+        zero_.prefetch(1);  // the first layer's parameters arrive while the embedding's are gathered
         Backend::from_host(inputs_, inputs, BT * sizeof(int));
         Tensors emb = zero_.params(0);
         Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);

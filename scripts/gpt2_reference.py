@@ -4,10 +4,13 @@
 Two modes:
   --write-model PATH --config L=2,NH=4,C=64,V=101,maxT=32 --seed S
       random GPT-2 init, written as an llm.c checkpoint (version 3, fp32).
-  --model PATH --out PATH [--B --T --steps --lr --beta1 --beta2 --eps
+  --model PATH --out PATH [--B --T --accum --steps --lr --beta1 --beta2 --eps
       --weight-decay --grad-clip --seed] [--check]
       loads a checkpoint, draws a random batch, runs `steps` AdamW steps on
       that same batch and writes a debug-state file (format in write_debug_state).
+      With --accum A > 1 the batch is A micro-batches of B sequences, cut from one
+      stream of A*B*T+1 tokens the way the trainer's data loader cuts a shard, and
+      each step sums their gradients (each micro-batch's mean loss scaled by 1/A).
 
 All parameters live in ONE flat fp32 tensor laid out exactly like llm.c's
 buffer, and the model reads views into it, so autograd directly yields the
@@ -21,7 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-MODEL_MAGIC, DEBUG_MAGIC = 20240326, 20240327
+from llmc_checkpoint import (CheckpointError, num_params, param_shapes, read_checkpoint, split as split_params,
+                             write_checkpoint)
+
+DEBUG_MAGIC = 20240327
 HEADER_INTS = 256
 # The tiny fixture's grad norms fall from ~3.0 to ~1.6 over 10 steps, so 2.0
 # makes the first steps clip and the later ones not: both code paths get tested.
@@ -32,36 +38,8 @@ class FixtureError(Exception):
     """Bad input file; reported as one line on stderr with exit code 2."""
 
 
-def param_shapes(L, C, Vp, maxT):
-    # llm.c's 16-tensor order; do not reorder, the file layout depends on it.
-    return [
-        ("wte", (Vp, C)), ("wpe", (maxT, C)),
-        ("ln1w", (L, C)), ("ln1b", (L, C)),
-        ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)),
-        ("attprojw", (L, C, C)), ("attprojb", (L, C)),
-        ("ln2w", (L, C)), ("ln2b", (L, C)),
-        ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)),
-        ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)),
-        ("lnfw", (C,)), ("lnfb", (C,)),
-    ]
-
-
 # Matrices get weight decay; biases and layernorm params do not (GPT-2 / llm.c convention).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
-
-
-def split_params(flat, cfg):
-    """Name -> view into the flat buffer (views keep autograd flowing to `flat`)."""
-    out, off = {}, 0
-    for name, shape in param_shapes(cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"]):
-        n = math.prod(shape)
-        out[name] = flat[off:off + n].view(shape)
-        off += n
-    return out
-
-
-def num_params(cfg):
-    return sum(math.prod(s) for _, s in param_shapes(cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"]))
 
 
 # ---------------------------------------------------------------- model
@@ -98,48 +76,6 @@ def forward(flat, cfg, x, y=None):
     return logits, loss
 
 
-# ---------------------------------------------------------------- checkpoint I/O
-
-def read_exact(f, n, what, path):
-    b = f.read(n)
-    if len(b) != n:
-        raise FixtureError(f"{path}: truncated while reading {what} ({len(b)} of {n} bytes)")
-    return b
-
-
-def load_model(path):
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise FixtureError(f"{path}: cannot open: {e.strerror}")
-    with f:
-        hdr = np.frombuffer(read_exact(f, 4 * HEADER_INTS, "header", path), dtype="<i4")
-        if hdr[0] != MODEL_MAGIC:
-            raise FixtureError(f"{path}: bad magic {hdr[0]} (expected {MODEL_MAGIC})")
-        if hdr[1] not in (3, 5):
-            raise FixtureError(f"{path}: unsupported version {hdr[1]} (expected 3=fp32 or 5=bf16)")
-        cfg = dict(maxT=int(hdr[2]), V=int(hdr[3]), L=int(hdr[4]), NH=int(hdr[5]),
-                   C=int(hdr[6]), Vp=int(hdr[7]))
-        if min(cfg.values()) <= 0 or cfg["C"] % cfg["NH"] or cfg["Vp"] < cfg["V"]:
-            raise FixtureError(f"{path}: inconsistent config in header: {cfg}")
-        n = num_params(cfg)
-        if hdr[1] == 3:
-            data = np.frombuffer(read_exact(f, 4 * n, "fp32 params", path), dtype="<f4")
-        else:
-            # bf16 is the upper 16 bits of an fp32; widen by shifting into place.
-            u16 = np.frombuffer(read_exact(f, 2 * n, "bf16 params", path), dtype="<u2")
-            data = (u16.astype(np.uint32) << 16).view(np.float32)
-    return cfg, torch.from_numpy(data.astype(np.float32))
-
-
-def write_model(path, cfg, flat):
-    hdr = np.zeros(HEADER_INTS, dtype="<i4")
-    hdr[:8] = [MODEL_MAGIC, 3, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"]]
-    with open(path, "wb") as f:
-        f.write(hdr.tobytes())
-        f.write(flat.numpy().astype("<f4").tobytes())
-
-
 def init_model(cfg, seed):
     """GPT-2 init: N(0,0.02) weights, residual projections scaled by 1/sqrt(2L)
     (keeps the residual stream variance independent of depth), zero biases,
@@ -159,11 +95,18 @@ def init_model(cfg, seed):
 
 # ---------------------------------------------------------------- training
 
-def grad_of(flat, cfg, x, y):
+def grad_of(flat, cfg, x, y, accum):
+    """Logits, mean loss and gradient over the batch's `accum` micro-batches (rows of x, y
+    in order), the gradients of each micro-batch's mean loss / accum summed."""
     w = flat.detach().double().requires_grad_(True)
-    logits, loss = forward(w, cfg, x, y)
-    loss.backward()
-    return logits.detach(), loss.detach(), w.grad.detach()
+    B = x.shape[0] // accum
+    logits, loss = [], 0.0
+    for k in range(accum):
+        lk, loss_k = forward(w, cfg, x[k * B:(k + 1) * B], y[k * B:(k + 1) * B])
+        (loss_k / accum).backward()
+        logits.append(lk.detach())
+        loss = loss + loss_k.detach() / accum
+    return torch.cat(logits), loss, w.grad.detach()
 
 
 def decay_mask(cfg):
@@ -184,7 +127,7 @@ def train(flat, cfg, x, y, a):
     wd = decay_mask(cfg).double() * weight_decay
     losses, norms = [], []
     for t in range(1, a.steps + 1):
-        _, loss, g = grad_of(p, cfg, x, y)
+        _, loss, g = grad_of(p, cfg, x, y, a.accum)
         norm = float(torch.sqrt((g ** 2).sum()))
         clipped = grad_clip > 0 and norm > grad_clip
         if clipped:  # plain ratio, no +1e-6 (unlike torch's clip_grad_norm_)
@@ -228,9 +171,13 @@ def finite_diff_check(flat, cfg, x, y, grads, n_per_tensor=2, seed=0):
 
 
 def write_debug_state(path, cfg, a, x, y, logits, loss, grads, losses, norms, params_after):
+    """int32 header[256]: magic, version 3, B (rows of x: accum micro-batches), T, steps, V, Vp,
+    parameter count, accum; fp32 hyperparameters[8]: lr, beta1, beta2, eps, weight decay, grad
+    clip, 0, 0; then int32 x and y (B, T), fp32 logits (B, T, V), loss, gradients, the steps'
+    losses and gradient norms, and the parameters after the steps."""
     B, T = x.shape
     hdr = np.zeros(HEADER_INTS, dtype="<i4")
-    hdr[:8] = [DEBUG_MAGIC, 3, B, T, a.steps, cfg["V"], cfg["Vp"], grads.numel()]
+    hdr[:9] = [DEBUG_MAGIC, 3, B, T, a.steps, cfg["V"], cfg["Vp"], grads.numel(), a.accum]
     hyper = np.array([a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip, 0, 0], dtype="<f4")
     f32 = lambda t: np.asarray(t, dtype="<f4").tobytes()
     with open(path, "wb") as f:
@@ -264,6 +211,7 @@ def main():
     ap.add_argument("--out", metavar="PATH")
     ap.add_argument("--B", type=int, default=2)
     ap.add_argument("--T", type=int, default=16)
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per step")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--beta1", type=float, default=0.9)
@@ -278,19 +226,24 @@ def main():
 
     if a.write_model:
         cfg = parse_config(a.config)
-        write_model(a.write_model, cfg, init_model(cfg, a.seed))
+        write_checkpoint(a.write_model, cfg, init_model(cfg, a.seed).numpy())
         print(f"wrote {a.write_model}: {cfg}, {num_params(cfg)} params")
         return 0
     if not (a.model and a.out):
         raise FixtureError("need either --write-model PATH or both --model PATH and --out PATH")
 
-    cfg, flat = load_model(a.model)
-    if not (0 < a.T <= cfg["maxT"] and a.B > 0 and a.steps > 0):
-        raise FixtureError(f"need B>0, steps>0 and 0<T<=maxT={cfg['maxT']}")
+    cfg, flat = read_checkpoint(a.model)
+    flat = torch.from_numpy(flat)
+    if not (0 < a.T <= cfg["maxT"] and a.B > 0 and a.steps > 0 and a.accum > 0):
+        raise FixtureError(f"need B>0, accum>0, steps>0 and 0<T<=maxT={cfg['maxT']}")
     g = torch.Generator().manual_seed(a.seed)
-    x = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
-    y = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
-    logits, loss, grads = grad_of(flat, cfg, x, y)
+    if a.accum == 1:
+        x = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
+        y = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
+    else:  # window k of the stream is micro-batch k: inputs its first B*T tokens, targets shifted by one
+        stream = torch.randint(0, cfg["V"], (a.accum * a.B * a.T + 1,), generator=g)
+        x, y = stream[:-1].view(a.accum * a.B, a.T), stream[1:].view(a.accum * a.B, a.T)
+    logits, loss, grads = grad_of(flat, cfg, x, y, a.accum)
     losses, norms, params_after = train(flat, cfg, x, y, a)
     assert losses[0] == float(loss)
     write_debug_state(a.out, cfg, a, x, y, logits, loss, grads, losses, norms, params_after)
@@ -304,6 +257,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (FixtureError, OSError) as e:  # OSError: e.g. output directory missing
+    except (FixtureError, CheckpointError, OSError) as e:  # OSError: e.g. output directory missing
         print(f"gpt2_reference: error: {e}", file=sys.stderr)
         sys.exit(2)

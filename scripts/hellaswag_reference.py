@@ -25,31 +25,19 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_reference import FixtureError, load_model, split_params  # noqa: E402
+from hf_gpt2 import BUFFERS, ConversionError, flat_to_hf, run  # noqa: E402
+from llmc_checkpoint import read_checkpoint  # noqa: E402
 
 
 def transformers_model(path):
-    """The llm.c checkpoint as a transformers GPT-2 (its Conv1D weights are our matrices transposed)."""
-    cfg, flat = load_model(path)
-    p = split_params(flat.double(), cfg)
+    """The llm.c checkpoint as transformers' GPT2LMHeadModel, in float64 (lm_head tied to wte)."""
+    cfg, flat = read_checkpoint(path)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=cfg["V"], n_positions=cfg["maxT"], n_embd=cfg["C"],
-                                       n_layer=cfg["L"], n_head=cfg["NH"], resid_pdrop=0.0, embd_pdrop=0.0,
-                                       attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                                       activation_function="gelu_new")).double().eval()
-    sd = {"transformer.wte.weight": p["wte"][:cfg["V"]], "transformer.wpe.weight": p["wpe"],
-          "transformer.ln_f.weight": p["lnfw"], "transformer.ln_f.bias": p["lnfb"]}
-    for l in range(cfg["L"]):
-        h = f"transformer.h.{l}."
-        sd.update({h + "ln_1.weight": p["ln1w"][l], h + "ln_1.bias": p["ln1b"][l],
-                   h + "attn.c_attn.weight": p["qkvw"][l].T, h + "attn.c_attn.bias": p["qkvb"][l],
-                   h + "attn.c_proj.weight": p["attprojw"][l].T, h + "attn.c_proj.bias": p["attprojb"][l],
-                   h + "ln_2.weight": p["ln2w"][l], h + "ln_2.bias": p["ln2b"][l],
-                   h + "mlp.c_fc.weight": p["fcw"][l].T, h + "mlp.c_fc.bias": p["fcb"][l],
-                   h + "mlp.c_proj.weight": p["fcprojw"][l].T, h + "mlp.c_proj.bias": p["fcprojb"][l]})
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]  # tied, as in GPT-2
-    missing, unexpected = model.load_state_dict({k: v.contiguous() for k, v in sd.items()}, strict=False)
-    if unexpected or any(not k.endswith(("attn.bias", "attn.masked_bias")) for k in missing):
-        raise FixtureError(f"{path}: weights do not map onto GPT2LMHeadModel ({missing}, {unexpected})")
+                                       n_layer=cfg["L"], n_head=cfg["NH"])).double().eval()
+    tensors = {"transformer." + k: torch.from_numpy(v).double() for k, v in flat_to_hf(flat, cfg).items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if unexpected or any(k != "lm_head.weight" and not k.endswith(BUFFERS) for k in missing):  # lm_head is wte
+        raise ConversionError(f"{path}: tensors do not map onto GPT2LMHeadModel (missing {missing}, unexpected {unexpected})")
     return model
 
 
@@ -91,8 +79,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (FixtureError, OSError) as e:
-        print(f"hellaswag_reference: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run("hellaswag_reference", main)

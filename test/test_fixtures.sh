@@ -12,6 +12,7 @@ committed=test/fixtures/tiny_debug_state.bin
 bash scripts/make_fixtures.sh "$d/regen" >/dev/null
 cmp test/fixtures/tiny_model.bin "$d/regen/tiny_model.bin"
 "$PY" scripts/compare_fixtures.py "$committed" "$d/regen/tiny_debug_state.bin"
+"$PY" scripts/compare_fixtures.py test/fixtures/tiny_debug_state_accum3.bin "$d/regen/tiny_debug_state_accum3.bin"
 
 # one parameter after training, 1e-6 larger in relative terms (8 ulp)
 "$PY" - "$committed" "$d/edited.bin" <<'PYEOF'
@@ -27,6 +28,7 @@ fi
 
 mkdir "$d/gelu"
 sed 's/0\.044715/0.04472/' scripts/gpt2_reference.py >"$d/gelu/gpt2_reference.py"
+cp scripts/llmc_checkpoint.py "$d/gelu/"
 grep -q 0.04472 "$d/gelu/gpt2_reference.py"
 sed "s|^REF=.*|REF=$d/gelu/gpt2_reference.py|" scripts/make_fixtures.sh >"$d/gelu/make_fixtures.sh"
 bash "$d/gelu/make_fixtures.sh" "$d/gelu" >/dev/null

@@ -173,7 +173,10 @@ public:
         if (slot_group_[s] != g) {
             // the last (or only) piece may have been started by prefetch()
             for_each_piece(group, [&](size_t lo, size_t hi) {
-                if (gather_[s].group != g || gather_[s].lo != lo) start_gather(g, lo, hi);
+                if (gather_[s].group != g || gather_[s].lo != lo) {
+                    prefetch_misses_ += g != 0;  // the embedding comes first: nothing runs before it
+                    start_gather(g, lo, hi);
+                }
                 comm_.wait(gather_[s].ticket);
                 gather_[s].group = -1;
                 unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
@@ -182,6 +185,9 @@ public:
         }
         return tensors_at(slot_[s], group, group_offset);
     }
+    // Stage 3: gathers params() had to start itself, for a group after the first of a micro-step
+    // (each costs the overlap prefetch() is there for); 0 when the model prefetches correctly
+    int prefetch_misses() const { return prefetch_misses_; }
     // Stage 3: start gathering group g (if it exists, is not already there and goes in one
     // piece) while the caller computes with another slot's group.
     void prefetch(int g) {
@@ -456,5 +462,6 @@ private:
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
     InFlight gather_[kSlots], reduce_[kSlots];  // each slot's collective under way, if any
+    int prefetch_misses_ = 0;
     size_t piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
 };
