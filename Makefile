@@ -55,7 +55,7 @@ $(TINY_DATA): | prerequisites-build
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training
+TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training test/test_hellaswag
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
 test/test_kernels_cuda: | prerequisites-test
@@ -82,4 +82,4 @@ bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda
+	rm -f train_gpt test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda

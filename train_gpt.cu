@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "data/hellaswag.h"
 #include "data/io.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu_backend.h"
@@ -420,6 +422,9 @@ public:
         zero_.grads_done(0);
     }
 
+    // the per-position losses of the last forward with targets, row b*T+t, on the host
+    const float* losses() const { return host_losses_.data(); }
+
     // logits of row b*T+t after a forward whose loss had dloss == 0, as fp32 on the host
     void logits_at(int row, float* out) {
         Backend::download_fp32(out, logits_ + (size_t)row * c_.padded_vocab_size, c_.vocab_size);
@@ -477,6 +482,9 @@ struct TrainConfig {
     int val_every = 20;
     int val_steps = 20;
     int sample_every = 20;
+    int hellaswag = 0;
+    std::string hellaswag_file = "data/hellaswag/hellaswag_val.bin";
+    std::string hellaswag_dump;  // each ending's mean loss, written at every HellaSwag eval
     int gen_len = 64;
     int overfit = 0;
     int checkpoint_every = 0;
@@ -517,6 +525,9 @@ static const Flag kFlags[] = {
     {"-c", "--weight-decay", 'f', FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D weights only)"},
     {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
     {"-m", "--val-steps", 'i', FIELD(val_steps), 1, 1e9, "validation batches per evaluation"},
+    {"-h", "--hellaswag", 'i', FIELD(hellaswag), 0, 1, "1: HellaSwag accuracy every -v steps and at the end"},
+    {"", "--hellaswag-file", 's', FIELD(hellaswag_file), 0, 0, "HellaSwag eval file (data/hellaswag.py writes it)"},
+    {"", "--hellaswag-dump", 's', FIELD(hellaswag_dump), 0, 0, "file for each HellaSwag ending's mean loss ('': none)"},
     {"-s", "--sample-every", 'i', FIELD(sample_every), 0, 1e9, "text sample every N steps (0: never)"},
     {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
     {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
@@ -541,7 +552,7 @@ inline void print_usage(FILE* out) {
         snprintf(names, sizeof(names), "%-3s %s", f.short_name, f.long_name);
         fprintf(out, "  %-26s %s\n", names, f.help);
     }
-    fprintf(out, "  %-26s %s\n", "-h  --help", "this table");
+    fprintf(out, "  %-26s %s\n", "    --help", "this table (so is -h without a value)");
 }
 
 inline bool one_of(const std::string& v, std::initializer_list<const char*> options) {
@@ -555,7 +566,9 @@ inline TrainConfig parse_args(int argc, char** argv) {
     TrainConfig cfg;
     for (int i = 1; i < argc; i++) {
         std::string name = argv[i];
-        if (name == "-h" || name == "--help") {
+        // -h takes 0|1 as in llm.c; without a value (last, or before another flag) it is help
+        const bool value_follows = i + 1 < argc && (argv[i + 1][0] != '-' || isdigit((unsigned char)argv[i + 1][1]));
+        if (name == "--help" || (name == "-h" && !value_follows)) {
             print_usage(stdout);
             exit(0);
         }
@@ -725,6 +738,8 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     DataLoader train_data(cfg.train_data, B, T, rank, world, mc.vocab_size);
     std::unique_ptr<DataLoader> val_data;
     if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world, mc.vocab_size);
+    std::unique_ptr<HellaSwag> hellaswag;
+    if (cfg.hellaswag) hellaswag = std::make_unique<HellaSwag>(cfg.hellaswag_file, mc.vocab_size, B, T, rank, world);
     const long tokens_per_micro = (long)B * T * world;
     const long total_batch = cfg.total_batch > 0 ? cfg.total_batch : tokens_per_micro;
     if (total_batch % tokens_per_micro != 0)
@@ -792,6 +807,12 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             float val_loss = (float)(comm.all_reduce_host(mean_loss(model, *val_data, cfg.val_steps, B, T)) / world);
             if (chatty) printf("val loss %.6f\n", val_loss);
             if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
+        }
+        if (hellaswag && ((cfg.val_every > 0 && step > 0 && step % cfg.val_every == 0) || last)) {
+            HellaSwagScore score = hellaswag->evaluate(model, comm);
+            if (chatty) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
+            if (log) fprintf(log, "s:%d eval:%f\n", step, score.accuracy());
+            if (rank == 0 && !cfg.hellaswag_dump.empty()) hellaswag->write_losses(cfg.hellaswag_dump, score);
         }
         if (tokenizer && step > 0 && (step % cfg.sample_every == 0 || last)) {
             // every rank generates (stage 3 needs them all for the gathers); rank 0 prints

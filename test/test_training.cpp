@@ -80,6 +80,9 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"-c", "--weight-decay", {"0", "10"}, {"-0.001", "10.001", "x"}},
     {"-v", "--val-every", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
     {"-m", "--val-steps", {"1", "1000000000"}, {"0", "1000000001", "x"}},
+    {"-h", "--hellaswag", {"0", "1"}, {"-1", "2", "x"}},
+    {"", "--hellaswag-file", {"h.bin"}, {}},
+    {"", "--hellaswag-dump", {"d.txt"}, {}},
     {"-s", "--sample-every", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
     {"-g", "--gen-len", {"1", "1048576"}, {"0", "1048577", "x"}},
     {"-a", "--overfit", {"0", "1"}, {"-1", "2", "x"}},
@@ -95,7 +98,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--device", {"cpu", "cuda", "auto"}, {"tpu"}},
     {"", "--quiet", {"0", "1"}, {"-1", "2", "x"}},
 };
-const char* kHelpFlag = "-h --help";  // listed in --help besides the rows above
+const char* kHelpFlag = "--help";  // listed in --help besides the rows above (so is -h without a value)
 
 // every field of TrainConfig, so two configs can be compared whole
 std::string describe(const TrainConfig& c) {
@@ -103,7 +106,7 @@ std::string describe(const TrainConfig& c) {
     s << c.train_data << '|' << c.val_data << '|' << c.tokenizer << '|' << c.init << '|' << c.output_dir << '|' << c.B << '|'
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
-      << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
+      << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
       << c.zero_stage << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet;
     return s.str();
