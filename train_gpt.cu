@@ -422,8 +422,12 @@ public:
         zero_.grads_done(0);
     }
 
-    // the per-position losses of the last forward with targets, row b*T+t, on the host
-    const float* losses() const { return host_losses_.data(); }
+    // the per-position losses of the last forward with targets, row b*T+t, copied to the host
+    const float* losses() {
+        host_losses_.resize((size_t)B_ * T_);
+        Backend::to_host(host_losses_.data(), losses_, host_losses_.size() * sizeof(float));
+        return host_losses_.data();
+    }
 
     // logits of row b*T+t after a forward whose loss had dloss == 0, as fp32 on the host
     void logits_at(int row, float* out) {
@@ -455,6 +459,7 @@ private:
     size_t allocated_ = 0, activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
+    std::vector<float> host_losses_;
     double* loss_sum_;
     int *inputs_, *targets_;
     floatX *scratch_, *dresidual_, *dbuf_, *dbuf4_;
