@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "cuda/adamw.cuh"
 #include "cuda/attention.cuh"
@@ -35,6 +36,12 @@ struct CudaBackend {
             return false;
         }
         return n > 0;
+    }
+    // the GPU's name (cudaDeviceProp::name), for the MFU's peak
+    static std::string device_name() {
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu::ctx().device));
+        return prop.name;
     }
     // select device local_rank % count; create the stream, cuBLASLt handle and workspace
     static void init(int local_rank) {
