@@ -38,7 +38,7 @@ TEST(Flags, LongNamesMatchShortOnes) {
 }
 
 TEST(Flags, BadValuesExitWithCode2) {
-    EXPECT_EXIT(parse({"-w", "1"}), ExitedWithCode(2), "unknown flag -w");
+    EXPECT_EXIT(parse({"-W", "1"}), ExitedWithCode(2), "unknown flag -W");
     EXPECT_EXIT(parse({"-b"}), ExitedWithCode(2), "flag -b needs a value");
     EXPECT_EXIT(parse({"-b", "0"}), ExitedWithCode(2), "-b 0: expected an integer in \\[1, 65536\\]");
     EXPECT_EXIT(parse({"-b", "4x"}), ExitedWithCode(2), "-b 4x: expected an integer");
