@@ -654,8 +654,10 @@ inline float learning_rate(const TrainConfig& cfg, int step, int max_steps) {
 // ----------------------------------------------------------------------------
 // training
 
-struct StepRecord {
+struct StepRecord {  // no padding, so records compare with memcmp
     float loss, norm, lr;
+    int skipped;            // 1: the update was skipped (-sl, -sg)
+    double loss_z, grad_z;  // NaN while the outlier windows fill
 };
 template <class Backend>
 using StepHook = std::function<void(int step, Zero<Backend>& zero)>;
@@ -912,7 +914,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         const auto now = std::chrono::steady_clock::now();
         const double ms = std::chrono::duration<double, std::milli>(now - start).count();
         const double elapsed = std::chrono::duration<double>(now - run_start).count();
-        records.push_back({loss, norm, lr});
+        records.push_back({loss, norm, lr, skip_loss || skip_grad, zl, zg});
         if (chatty) {
             char mfu[32] = "";
             if (gpu && peak > 0) snprintf(mfu, sizeof(mfu), " | MFU %.1f%%", 100.0 * flops_per_step / (ms / 1000.0) / peak);
