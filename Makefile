@@ -28,22 +28,29 @@ endif
 HEADERS = $(wildcard kernels/*.h kernels/cpu/*.h zero/*.h data/*.h train/*.h)
 TINY_DATA = data/tinyshakespeare/tiny_shakespeare_train.bin
 
-.PHONY: all test bench data clean
+.PHONY: all test bench data clean prerequisites-build prerequisites-test
 all: train_gpt data
+
+# What the build and the tests need is checked (and installed where possible) first; see the script.
+# Order-only (|), so that a check that installs nothing rebuilds nothing.
+prerequisites-build:
+	@NO_MPI=$(NO_MPI) NO_BLAS=$(NO_BLAS) NVCC=$(NVCC) bash scripts/prerequisites.sh build
+prerequisites-test: prerequisites-build
+	@NO_MPI=$(NO_MPI) NO_BLAS=$(NO_BLAS) NVCC=$(NVCC) bash scripts/prerequisites.sh test
 
 # With nvcc present train_gpt carries both backends (it falls back to the CPU one when no GPU
 # is visible) and the CUDA kernel tests are built; without it train_gpt is CPU-only.
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 ifneq ($(NVCC),)
 include kernels/cuda.mk
-train_gpt: train_gpt.cu $(CUDA_HEADERS)
+train_gpt: train_gpt.cu $(CUDA_HEADERS) | prerequisites-build
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)
 else
-train_gpt: train_gpt.cu $(HEADERS)
+train_gpt: train_gpt.cu $(HEADERS) | prerequisites-build
 	$(CXX_BUILD) $(CXXFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(BLAS_LIBS)
 endif
 
-$(TINY_DATA):
+$(TINY_DATA): | prerequisites-build
 	python3 data/tinyshakespeare.py --input $(SHARED)/tinyshakespeare/input.txt \
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
@@ -51,22 +58,28 @@ data: $(TINY_DATA)
 TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
+test/test_kernels_cuda: | prerequisites-test
 endif
 GTEST_MAIN = -lgtest_main
 test/test_zero: GTEST_MAIN =
-test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h
+test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
 # the model test once more on the plain-loop matmul that NO_BLAS=1 builds use
-test/test_model_noblas: test/test_model.cpp train_gpt.cu $(HEADERS) test/test_util.h
+test/test_model_noblas: test/test_model.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
 TEST_BINS += test/test_model_noblas
 
-test: train_gpt $(TEST_BINS) $(TINY_DATA)
+# the model's logits for test/test_hf.py (a tool, not a GoogleTest binary)
+test/model_logits: test/model_logits.cpp train_gpt.cu $(HEADERS) | prerequisites-test
+	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS)
+TEST_BINS += test/model_logits
+
+test: train_gpt $(TEST_BINS) $(TINY_DATA) | prerequisites-test
 	bash test/run_tests.sh
 
 bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda
+	rm -f train_gpt test/model_logits test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda

@@ -67,19 +67,21 @@ def read_token_shard(path):
 
 def write_tokenizer(path, enc):
     """Write enc's vocabulary in llm.c's tokenizer file format."""
-    n = enc.n_vocab
-    eot = enc.eot_token
+    write_tokenizer_bytes(path, [enc.decode_single_token_bytes(i) for i in range(enc.n_vocab)], enc.eot_token)
+
+
+def write_tokenizer_bytes(path, tokens, eot):
+    """Write a vocabulary given as each token id's bytes in llm.c's tokenizer file format."""
     header = np.zeros(HEADER_INTS, dtype="<u4")
     header[0] = TOKENIZER_MAGIC
     header[1] = TOKENIZER_VERSION
-    header[2] = n
+    header[2] = len(tokens)
     header[3] = eot
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
     parts = [header.tobytes()]
-    for i in range(n):
-        b = enc.decode_single_token_bytes(i)
+    for i, b in enumerate(tokens):
         if not 0 < len(b) < 256:
             raise AssertionError(f"token {i} has length {len(b)}, not storable in one byte")
         parts.append(bytes([len(b)]))

@@ -21,7 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-MODEL_MAGIC, DEBUG_MAGIC = 20240326, 20240327
+from llmc_checkpoint import (CheckpointError, num_params, param_shapes, read_checkpoint, split as split_params,
+                             write_checkpoint)
+
+DEBUG_MAGIC = 20240327
 HEADER_INTS = 256
 # The tiny fixture's grad norms fall from ~3.0 to ~1.6 over 10 steps, so 2.0
 # makes the first steps clip and the later ones not: both code paths get tested.
@@ -32,36 +35,8 @@ class FixtureError(Exception):
     """Bad input file; reported as one line on stderr with exit code 2."""
 
 
-def param_shapes(L, C, Vp, maxT):
-    # llm.c's 16-tensor order; do not reorder, the file layout depends on it.
-    return [
-        ("wte", (Vp, C)), ("wpe", (maxT, C)),
-        ("ln1w", (L, C)), ("ln1b", (L, C)),
-        ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)),
-        ("attprojw", (L, C, C)), ("attprojb", (L, C)),
-        ("ln2w", (L, C)), ("ln2b", (L, C)),
-        ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)),
-        ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)),
-        ("lnfw", (C,)), ("lnfb", (C,)),
-    ]
-
-
 # Matrices get weight decay; biases and layernorm params do not (GPT-2 / llm.c convention).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
-
-
-def split_params(flat, cfg):
-    """Name -> view into the flat buffer (views keep autograd flowing to `flat`)."""
-    out, off = {}, 0
-    for name, shape in param_shapes(cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"]):
-        n = math.prod(shape)
-        out[name] = flat[off:off + n].view(shape)
-        off += n
-    return out
-
-
-def num_params(cfg):
-    return sum(math.prod(s) for _, s in param_shapes(cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"]))
 
 
 # ---------------------------------------------------------------- model
@@ -96,48 +71,6 @@ def forward(flat, cfg, x, y=None):
     logits = h @ p["wte"][:V].T
     loss = None if y is None else F.cross_entropy(logits.view(-1, V), y.view(-1))
     return logits, loss
-
-
-# ---------------------------------------------------------------- checkpoint I/O
-
-def read_exact(f, n, what, path):
-    b = f.read(n)
-    if len(b) != n:
-        raise FixtureError(f"{path}: truncated while reading {what} ({len(b)} of {n} bytes)")
-    return b
-
-
-def load_model(path):
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise FixtureError(f"{path}: cannot open: {e.strerror}")
-    with f:
-        hdr = np.frombuffer(read_exact(f, 4 * HEADER_INTS, "header", path), dtype="<i4")
-        if hdr[0] != MODEL_MAGIC:
-            raise FixtureError(f"{path}: bad magic {hdr[0]} (expected {MODEL_MAGIC})")
-        if hdr[1] not in (3, 5):
-            raise FixtureError(f"{path}: unsupported version {hdr[1]} (expected 3=fp32 or 5=bf16)")
-        cfg = dict(maxT=int(hdr[2]), V=int(hdr[3]), L=int(hdr[4]), NH=int(hdr[5]),
-                   C=int(hdr[6]), Vp=int(hdr[7]))
-        if min(cfg.values()) <= 0 or cfg["C"] % cfg["NH"] or cfg["Vp"] < cfg["V"]:
-            raise FixtureError(f"{path}: inconsistent config in header: {cfg}")
-        n = num_params(cfg)
-        if hdr[1] == 3:
-            data = np.frombuffer(read_exact(f, 4 * n, "fp32 params", path), dtype="<f4")
-        else:
-            # bf16 is the upper 16 bits of an fp32; widen by shifting into place.
-            u16 = np.frombuffer(read_exact(f, 2 * n, "bf16 params", path), dtype="<u2")
-            data = (u16.astype(np.uint32) << 16).view(np.float32)
-    return cfg, torch.from_numpy(data.astype(np.float32))
-
-
-def write_model(path, cfg, flat):
-    hdr = np.zeros(HEADER_INTS, dtype="<i4")
-    hdr[:8] = [MODEL_MAGIC, 3, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"]]
-    with open(path, "wb") as f:
-        f.write(hdr.tobytes())
-        f.write(flat.numpy().astype("<f4").tobytes())
 
 
 def init_model(cfg, seed):
@@ -278,13 +211,14 @@ def main():
 
     if a.write_model:
         cfg = parse_config(a.config)
-        write_model(a.write_model, cfg, init_model(cfg, a.seed))
+        write_checkpoint(a.write_model, cfg, init_model(cfg, a.seed).numpy())
         print(f"wrote {a.write_model}: {cfg}, {num_params(cfg)} params")
         return 0
     if not (a.model and a.out):
         raise FixtureError("need either --write-model PATH or both --model PATH and --out PATH")
 
-    cfg, flat = load_model(a.model)
+    cfg, flat = read_checkpoint(a.model)
+    flat = torch.from_numpy(flat)
     if not (0 < a.T <= cfg["maxT"] and a.B > 0 and a.steps > 0):
         raise FixtureError(f"need B>0, steps>0 and 0<T<=maxT={cfg['maxT']}")
     g = torch.Generator().manual_seed(a.seed)
@@ -304,6 +238,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (FixtureError, OSError) as e:  # OSError: e.g. output directory missing
+    except (FixtureError, CheckpointError, OSError) as e:  # OSError: e.g. output directory missing
         print(f"gpt2_reference: error: {e}", file=sys.stderr)
         sys.exit(2)

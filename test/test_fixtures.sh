@@ -27,6 +27,7 @@ fi
 
 mkdir "$d/gelu"
 sed 's/0\.044715/0.04472/' scripts/gpt2_reference.py >"$d/gelu/gpt2_reference.py"
+cp scripts/llmc_checkpoint.py "$d/gelu/"
 grep -q 0.04472 "$d/gelu/gpt2_reference.py"
 sed "s|^REF=.*|REF=$d/gelu/gpt2_reference.py|" scripts/make_fixtures.sh >"$d/gelu/make_fixtures.sh"
 bash "$d/gelu/make_fixtures.sh" "$d/gelu" >/dev/null
