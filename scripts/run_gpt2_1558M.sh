@@ -17,6 +17,6 @@ final_lr_frac=0.1             # -q: ... to this fraction of the peak
 weight_decay=0.1              # -c: on the 2-D weights
 steps=32000                   # -x
 val_every=250                 # -v: validation loss and HellaSwag every N steps
-sample_every=300000 gen_len=384                         # -s, -g: a text sample of 384 tokens
+sample_every=300000 gen_len=384  # -s, -g: a text sample of 384 tokens
 checkpoint_every=2000         # -n
 source "$(dirname "$0")/run_gpt2_common.sh"
