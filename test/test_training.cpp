@@ -361,6 +361,32 @@ TEST_F(Training, ResumedRunAppendsToTheLogAndClearsPartialWrites) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
+// Only training data is shuffled: the validation loss before the first step is the same with
+// --shuffle 1 and 0 (validation reads in file order), the first training batch is not.
+TEST_F(Training, ValidationReadsInOrder) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    write_shard(dir + "/v.bin", random_tokens(3000, 64, 5));
+    std::vector<std::string> first_lines[2];
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+        cfg.val_data = dir + "/v.bin";
+        cfg.val_every = 1;
+        cfg.val_steps = 2;
+        cfg.max_steps = 1;
+        cfg.shuffle = shuffle;
+        cfg.output_dir = dir + "/out" + std::to_string(shuffle);
+        train<CpuBackend>(cfg, single_comm());
+        FILE* f = open_file(cfg.output_dir + "/main.log", "r");
+        for (char buf[512]; fgets(buf, sizeof(buf), f);) first_lines[shuffle].push_back(std::string(buf).substr(0, 20));
+        fclose(f);
+    }
+    ASSERT_EQ(first_lines[0].size(), 2u) << "validation, then the step";
+    EXPECT_EQ(first_lines[0][0], first_lines[1][0]) << "validation loss";
+    EXPECT_NE(first_lines[0][1], first_lines[1][1]) << "training loss: another batch when shuffled";
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
 // -n 2 -nk 2 -nm 4 over 10 steps: each checkpoint retires the one two back unless it is major
 // (llm.c's rule): 2 goes at 6, 4 stays (major), 6 goes at 10; every kept one has its DONE file
 TEST_F(Training, KeepsTheLastCheckpointsAndTheMajorOnes) {
