@@ -29,6 +29,10 @@ tiny=(-e L=2,NH=2,C=32 -b 2 -t 32 -x 4 -v 0 -s 0 -o "" --seed 7)
     [ "$(grep -c '^note: -ge: ' "$out")" -eq 1 ] && [ "$(grep -c '^note: -pg: ' "$out")" -eq 1 ] &&
     [ "$(grep -c '^note: -ps/-pf: ' "$out")" -eq 1 ] || fail "a note line per inapplicable flag"
 ./train_gpt "${tiny[@]}" -x 1 -pn 4 >"$out" 2>&1; [ $? -eq 2 ] && grep -q "^error: -pn 4: mpirun started 1 rank(s)" "$out" || fail "-pn against mpirun"
+# as llm.c's run_gpt2_350M.sh starts ranks: each its own -pr, which the ranks' flag check allows
+OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe bash -c "./train_gpt -e L=2,NH=2,C=32 -b 2 -t 32 -x 1 -v 0 -s 0 -o '' -pn 2 -pr \$OMPI_COMM_WORLD_RANK" >"$out" 2>&1 ||
+    fail "-pn 2 -pr <rank> exited $?"
+grep -q "^step    1/1" "$out" || fail "-pn 2 -pr <rank> did not train"
 
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
