@@ -55,7 +55,7 @@ $(TINY_DATA): | prerequisites-build
 	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_model test/test_zero test/test_formats test/test_training
+TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training test/test_hellaswag
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
 test/test_kernels_cuda: | prerequisites-test
@@ -65,10 +65,10 @@ test/test_zero: GTEST_MAIN =
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
-# the model test once more on the plain-loop matmul that NO_BLAS=1 builds use
-test/test_model_noblas: test/test_model.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
+# the op and model tests once more on the plain-loop matmul that NO_BLAS=1 builds use
+test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
-TEST_BINS += test/test_model_noblas
+TEST_BINS += test/test_ops_noblas test/test_model_noblas
 
 # the model's logits for test/test_hf.py (a tool, not a GoogleTest binary)
 test/model_logits: test/model_logits.cpp train_gpt.cu $(HEADERS) | prerequisites-test
@@ -82,4 +82,4 @@ bench: train_gpt $(TINY_DATA)
 	bash scripts/bench_cpu.sh
 
 clean:
-	rm -f train_gpt test/model_logits test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_kernels_cuda
+	rm -f train_gpt test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "data/dataloader.h"
+#include "data/hellaswag.h"
 #include "data/io.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu_backend.h"
@@ -339,6 +341,7 @@ public:
         lnf_stats_ = alloc<float>(2 * BT);
         logits_ = alloc<floatX>(BT * Vp);
         losses_ = alloc<float>(BT);
+        loss_sum_ = alloc<double>(1);
         inputs_ = alloc<int>(BT);
         targets_ = alloc<int>(BT);
         activation_bytes_ = allocated_;
@@ -347,7 +350,6 @@ public:
         dbuf_ = alloc<floatX>(BT * C);
         dbuf4_ = alloc<floatX>(BT * 4 * C);
         scratch_bytes_ = allocated_ - activation_bytes_;
-        host_losses_.resize(BT);
     }
     ~GPT2() {
         for (void* p : allocations_) Backend::release(p);
@@ -360,12 +362,13 @@ public:
     const GPT2Config& config() const { return c_; }
 
     // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
-    // computes the loss, and with dloss != 0 leaves d(loss)/d(logits) in place for backward().
-    // Returns the mean loss over the batch (0 without targets).
-    float forward(const int* inputs, const int* targets, int B, int T, float dloss) {
+    // computes the loss and adds its mean over the batch to take_loss_sum()'s, and with
+    // dloss != 0 leaves d(loss)/d(logits) in place for backward().
+    void forward(const int* inputs, const int* targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
         zero_.begin_micro_step();
-        Backend::from_host(inputs_, inputs, BT * sizeof(int));
+        zero_.prefetch(1);  // the first layer's parameters arrive while the embedding's are gathered
+        Backend::from_host_pinned(inputs_, inputs, BT * sizeof(int));
         Tensors emb = zero_.params(0);
         Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);
         for (int l = 0; l < L; l++) {
@@ -386,13 +389,17 @@ public:
         Tensors fin = zero_.params(L + 1);
         Backend::layernorm_forward(lnf_, lnf_stats_, lnf_stats_ + B_ * T_, layer(residual3_, L - 1, C), fin[0], fin[1], BT, C);
         Backend::matmul_forward(logits_, lnf_, emb[0], nullptr, BT, C, c_.padded_vocab_size);
-        if (targets == nullptr) return 0.0f;
-        Backend::from_host(targets_, targets, BT * sizeof(int));
+        if (targets == nullptr) return;
+        Backend::from_host_pinned(targets_, targets, BT * sizeof(int));
         Backend::fused_classifier(logits_, losses_, targets_, dloss, BT, c_.vocab_size, c_.padded_vocab_size);
-        Backend::to_host(host_losses_.data(), losses_, BT * sizeof(float));
+        Backend::mean_loss_add(loss_sum_, losses_, BT);
+    }
+    // the sum of the batch losses since the last call: the one read of the device per step
+    double take_loss_sum() {
         double sum = 0.0;
-        for (int i = 0; i < BT; i++) sum += host_losses_[i];
-        return (float)(sum / BT);
+        Backend::to_host(&sum, loss_sum_, sizeof(double));
+        Backend::zero(loss_sum_, sizeof(double));
+        return sum;
     }
 
     // Backward pass of the last forward (which must have had targets and dloss != 0).
@@ -433,6 +440,13 @@ public:
         zero_.grads_done(0);
     }
 
+    // the per-position losses of the last forward with targets, row b*T+t, copied to the host
+    const float* losses() {
+        host_losses_.resize((size_t)B_ * T_);
+        Backend::to_host(host_losses_.data(), losses_, host_losses_.size() * sizeof(float));
+        return host_losses_.data();
+    }
+
     // logits of row b*T+t after a forward whose loss had dloss == 0, as fp32 on the host
     void logits_at(int row, float* out) {
         Backend::download_fp32(out, logits_ + (size_t)row * c_.padded_vocab_size, c_.vocab_size);
@@ -463,9 +477,10 @@ private:
     size_t allocated_ = 0, activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
+    std::vector<float> host_losses_;
+    double* loss_sum_;
     int *inputs_, *targets_;
     floatX *scratch_, *dresidual_, *dbuf_, *dbuf4_;
-    std::vector<float> host_losses_;
 };
 
 // ----------------------------------------------------------------------------
@@ -488,8 +503,11 @@ struct TrainConfig {
     float wsd_decay_frac = 0.2f;
     float weight_decay = 0.0f;
     int val_every = 20;
-    int val_steps = 20;         // -1: the whole validation split
+    int val_steps = 20;         // 0 or -1: the whole validation split
     int sample_every = 20;
+    int hellaswag = 0;
+    std::string hellaswag_file = "data/hellaswag/hellaswag_val.bin";
+    std::string hellaswag_dump;  // each ending's mean loss, written at every HellaSwag eval
     int gen_len = 64;
     int overfit = 0;
     int checkpoint_every = 0;
@@ -545,7 +563,10 @@ static const Flag kFlags[] = {
     {"-sl", "--skip-loss-z", 'f', FIELD(skip_loss_z), 0, 1e9, "skip the update when the loss z-score (128 steps) exceeds this (0: off)"},
     {"-sg", "--skip-grad-z", 'f', FIELD(skip_grad_z), 0, 1e9, "skip the update when the grad-norm z-score exceeds this (0: off)"},
     {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
-    {"-m", "--val-steps", 'i', FIELD(val_steps), -1, 1e9, "validation batches per evaluation (-1: the whole split)"},
+    {"-m", "--val-steps", 'i', FIELD(val_steps), -1, 1e9, "validation batches per evaluation (0 or -1: the whole split)"},
+    {"-h", "--hellaswag", 'i', FIELD(hellaswag), 0, 1, "1: HellaSwag accuracy every -v steps and at the end"},
+    {"", "--hellaswag-file", 's', FIELD(hellaswag_file), 0, 0, "HellaSwag eval file (data/hellaswag.py writes it)"},
+    {"", "--hellaswag-dump", 's', FIELD(hellaswag_dump), 0, 0, "file for each HellaSwag ending's mean loss ('': none)"},
     {"-s", "--sample-every", 'i', FIELD(sample_every), 0, 1e9, "text sample every N steps (0: never)"},
     {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
     {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
@@ -582,7 +603,7 @@ inline void print_usage(FILE* out) {
         snprintf(names, sizeof(names), "%-3s %s", f.short_name, f.long_name);
         fprintf(out, "  %-26s %s\n", names, f.help);
     }
-    fprintf(out, "  %-26s %s\n", "-h  --help", "this table");
+    fprintf(out, "  %-26s %s\n", "    --help", "this table (so is -h without a value)");
 }
 
 inline bool one_of(const std::string& v, std::initializer_list<const char*> options) {
@@ -596,7 +617,9 @@ inline TrainConfig parse_args(int argc, char** argv) {
     TrainConfig cfg;
     for (int i = 1; i < argc; i++) {
         std::string name = argv[i];
-        if (name == "-h" || name == "--help") {
+        // -h takes 0|1 as in llm.c; without a value (last, or before another flag) it is help
+        const bool value_follows = i + 1 < argc && (argv[i + 1][0] != '-' || isdigit((unsigned char)argv[i + 1][1]));
+        if (name == "--help" || (name == "-h" && !value_follows)) {
             print_usage(stdout);
             exit(0);
         }
@@ -725,12 +748,11 @@ template <class Backend>
 double mean_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     data.reset();
-    double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         data.next_batch(inputs.data(), targets.data());
-        sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f);
+        model.forward(inputs.data(), targets.data(), B, T, 0.0f);
     }
-    return sum / batches;
+    return model.take_loss_sum() / batches;
 }
 
 // n tokens sampled one by one after an end-of-text token, from the model's softmax; rng is an
@@ -803,6 +825,8 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     std::unique_ptr<DataLoader> val_data;
     if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world, mc.vocab_size);
     const int val_batches = !val_data ? 0 : cfg.val_steps > 0 ? cfg.val_steps : (int)std::max<size_t>(1, val_data->windows() / world);
+    std::unique_ptr<HellaSwag> hellaswag;
+    if (cfg.hellaswag) hellaswag = std::make_unique<HellaSwag>(cfg.hellaswag_file, mc.vocab_size, B, T, rank, world);
     const long tokens_per_micro = (long)B * T * world;
     const long total_batch = cfg.total_batch > 0 ? cfg.total_batch : tokens_per_micro;
     if (total_batch % tokens_per_micro != 0)
@@ -881,6 +905,12 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             if (chatty) printf("val loss %.6f\n", val_loss);
             if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
         }
+        if (hellaswag && ((cfg.val_every > 0 && step > 0 && step % cfg.val_every == 0) || last)) {
+            HellaSwagScore score = hellaswag->evaluate(model, comm);
+            if (chatty) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
+            if (log) fprintf(log, "s:%d eval:%f\n", step, score.accuracy());
+            if (rank == 0 && !cfg.hellaswag_dump.empty()) hellaswag->write_losses(cfg.hellaswag_dump, score);
+        }
         if (tokenizer && step > 0 && (step % cfg.sample_every == 0 || last)) {
             // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
             std::string text = sample_text(model, *tokenizer, std::min(cfg.gen_len, T - 1), T, &sample_rng);
@@ -890,16 +920,17 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         Backend::synchronize();
         auto start = std::chrono::steady_clock::now();
         comm.reset_counters();  // count this step's training traffic only
+        const uint64_t launches_before = Backend::launches();
         zero.zero_grads();
-        double loss_sum = 0.0;
         const float dloss = 1.0f / ((float)B * T * accum * world);
         for (int micro = 0; micro < accum; micro++) {
             if (cfg.overfit) train_data.reset();
             train_data.next_batch(inputs.data(), targets.data());
-            loss_sum += model.forward(inputs.data(), targets.data(), B, T, dloss);
+            model.forward(inputs.data(), targets.data(), B, T, dloss);
+            zero.reduce_during_backward(micro == accum - 1);
             model.backward(B, T);
         }
-        const float loss = (float)(comm.all_reduce_host(loss_sum / accum) / world);
+        const float loss = (float)(comm.all_reduce_host(model.take_loss_sum() / accum) / world);
         const float lr = learning_rate(cfg, step, max_steps);
         const float norm = zero.grad_norm();
         // every rank sees the same loss and norm, so all skip or none
@@ -911,6 +942,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             zero.update(norm, lr, hyper, cfg.grad_clip, step + 1, (uint32_t)cfg.seed + 7919u * step);
         }
         Backend::synchronize();
+        const uint64_t launches = Backend::launches() - launches_before;
         const auto now = std::chrono::steady_clock::now();
         const double ms = std::chrono::duration<double, std::milli>(now - start).count();
         const double elapsed = std::chrono::duration<double>(now - run_start).count();
@@ -928,6 +960,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             const CommCounters& c = comm.counters();
             printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", rank,
                    (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+            if (launches > 0) printf("rank %d kernel launches per step: %llu\n", rank, (unsigned long long)launches);
         }
         if (hook) hook(step, zero);
         if (!dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0))) {
@@ -1004,18 +1037,15 @@ int main(int argc, char** argv) {
             // the ranks of a node take GPUs round-robin; NCCL needs one GPU per rank
             MPI_Comm node;
             MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-            int local_rank = 0, local_size = 1, gpus = 0;
+            int local_rank = 0;
             MPI_Comm_rank(node, &local_rank);
-            MPI_Comm_size(node, &local_size);
-            MPI_Comm_free(&node);
-            CUDA_CHECK(cudaGetDeviceCount(&gpus));
             CudaBackend::init(local_rank);
-            int own_gpu = local_size <= gpus ? 1 : 0;
-            MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-            if (own_gpu) {
+            const bool nccl = nccl_usable(node, CudaBackend::device_uuid(), !cfg.quiet);
+            MPI_Comm_free(&node);
+            if (nccl) {
                 NcclComm comm(MPI_COMM_WORLD, gpu::stream());
                 train<CudaBackend>(cfg, comm);
-            } else {  // ranks share a GPU: MPI, staged through host memory
+            } else {
                 MpiComm comm(MPI_COMM_WORLD, CudaBackend::to_host, CudaBackend::from_host);
                 train<CudaBackend>(cfg, comm);
             }

@@ -7,7 +7,13 @@ File formats (compatible with karpathy/llm.c):
 * tokenizer:   256 x uint32 header (magic 20240328, version 2, vocab size,
   eot token id, rest zero) followed, for every token id 0..vocab-1, by one
   uint8 length and that many raw bytes.
+* eval file:   256 x int32 header (magic 20240522, version 1, number of
+  examples, longest example in bytes) followed by one uint16 stream per
+  multiple-choice example (HellaSwag): 65535, the example's size in bytes,
+  its index, the label, the number of endings (4), then the context and each
+  ending as a length followed by that many tokens.
 """
+import argparse
 import os
 import sys
 import urllib.request
@@ -18,6 +24,10 @@ SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 TOKENIZER_MAGIC = 20240328
 TOKENIZER_VERSION = 2
+EVAL_MAGIC = 20240522
+EVAL_VERSION = 1
+EVAL_EXAMPLE_START = 2 ** 16 - 1  # also why no token may be 65535
+EVAL_ENDINGS = 4
 HEADER_INTS = 256
 
 GPT2_VOCAB_SIZE = 50257
@@ -33,6 +43,18 @@ GPT2_ENCODER_JSON_URL = "https://openaipublic.blob.core.windows.net/gpt-2/encodi
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def write_atomic(path, chunks):
+    """Write the byte strings in chunks to path via path.tmp, so no partial file is ever left."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+    os.replace(tmp, path)
+
+
 def write_token_shard(path, tokens):
     """Write a list/array of token ids as an llm.c token shard."""
     toks = np.asarray(tokens)
@@ -42,15 +64,40 @@ def write_token_shard(path, tokens):
     header[0] = SHARD_MAGIC
     header[1] = SHARD_VERSION
     header[2] = toks.size
-    d = os.path.dirname(path)
-    if d:
-        os.makedirs(d, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(toks.astype("<u2", copy=False).tobytes())
-    os.replace(tmp, path)
+    write_atomic(path, [header.tobytes(), toks.astype("<u2", copy=False).tobytes()])
     return toks.size
+
+
+def write_evalfile(path, examples):
+    """Write multiple-choice examples as llm.c's eval file (layout in the module docstring).
+
+    examples: dicts with "label", "ctx_tokens" and "ending_tokens" (EVAL_ENDINGS lists).
+    Raises ValueError naming the first example that cannot be stored.
+    """
+    if not 0 < len(examples) < 2 ** 16:
+        raise ValueError(f"{len(examples)} examples: the example index is a uint16, so 1..65535 fit")
+    stream, longest = [], 0
+    for i, ex in enumerate(examples):
+        endings = ex["ending_tokens"]
+        if len(endings) != EVAL_ENDINGS:
+            raise ValueError(f"example {i}: {len(endings)} endings, expected {EVAL_ENDINGS}")
+        if not 0 <= ex["label"] < EVAL_ENDINGS:
+            raise ValueError(f"example {i}: label {ex['label']}, expected 0..{EVAL_ENDINGS - 1}")
+        body = [i, ex["label"], EVAL_ENDINGS]
+        for part in [ex["ctx_tokens"]] + list(endings):
+            if not part:
+                raise ValueError(f"example {i}: an empty context or ending")
+            if any(not 0 <= t < EVAL_EXAMPLE_START for t in part):
+                raise ValueError(f"example {i}: a token outside [0, {EVAL_EXAMPLE_START})")
+            body += [len(part)] + list(part)
+        nbytes = 2 * (2 + len(body))  # the start marker and this size field count too
+        if nbytes >= 2 ** 16:
+            raise ValueError(f"example {i}: {nbytes} bytes, more than a uint16 size field holds")
+        stream += [EVAL_EXAMPLE_START, nbytes] + body
+        longest = max(longest, nbytes)
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[:4] = [EVAL_MAGIC, EVAL_VERSION, len(examples), longest]
+    write_atomic(path, [header.tobytes(), np.array(stream, dtype="<u2").tobytes()])
 
 
 def read_token_shard(path):
@@ -77,19 +124,13 @@ def write_tokenizer_bytes(path, tokens, eot):
     header[1] = TOKENIZER_VERSION
     header[2] = len(tokens)
     header[3] = eot
-    d = os.path.dirname(path)
-    if d:
-        os.makedirs(d, exist_ok=True)
     parts = [header.tobytes()]
     for i, b in enumerate(tokens):
         if not 0 < len(b) < 256:
             raise AssertionError(f"token {i} has length {len(b)}, not storable in one byte")
         parts.append(bytes([len(b)]))
         parts.append(b)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(b"".join(parts))
-    os.replace(tmp, path)
+    write_atomic(path, parts)
 
 
 def gpt2_encoding(vocab_bpe=None, encoder_json=None):
@@ -156,6 +197,17 @@ def download(url, path, chunk_size=1 << 20):
         sys.exit(f"download of {url} failed ({e}); pass a local file instead")
     os.replace(tmp, path)
     return path
+
+
+def single_file_args(description, input_name, out_subdir, argv=None):
+    """Arguments of a script that tokenizes one downloadable file into <project>/data/<out_subdir>."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", default=None,
+                   help=f"local {input_name} (default: download to <out-dir>/{input_name})")
+    p.add_argument("--out-dir", default=os.path.join(PROJECT_ROOT, "data", out_subdir),
+                   help="output directory (default: %(default)s)")
+    add_tokenizer_args(p)
+    return p.parse_args(argv)
 
 
 def add_tokenizer_args(parser):

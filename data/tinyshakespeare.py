@@ -14,7 +14,6 @@ Offline use:
   python3 data/tinyshakespeare.py --input input.txt \\
       --vocab-bpe vocab.bpe --encoder-json encoder.json
 """
-import argparse
 import os
 import sys
 
@@ -41,13 +40,7 @@ def tokenize(text, enc):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", default=None,
-                   help="local input.txt (default: download to <out-dir>/input.txt)")
-    p.add_argument("--out-dir", default=os.path.join(dc.PROJECT_ROOT, "data", "tinyshakespeare"),
-                   help="output directory (default: %(default)s)")
-    dc.add_tokenizer_args(p)
-    args = p.parse_args(argv)
+    args = dc.single_file_args(__doc__, "input.txt", "tinyshakespeare", argv)
 
     os.makedirs(args.out_dir, exist_ok=True)
     path = args.input

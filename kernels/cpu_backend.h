@@ -16,6 +16,7 @@
 #include "cpu/matmul.h"
 #include "cpu/residual.h"
 #include "../data/io.h"
+#include "shard_table.h"
 
 struct CpuBackend {
     using floatX = float;  // parameters, activations and gradients
@@ -32,6 +33,7 @@ struct CpuBackend {
     static void release(void* p) { free(p); }
     static void to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
     static void from_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+    static void from_host_pinned(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
     static void copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
     static void zero(void* dst, size_t bytes) { memset(dst, 0, bytes); }
     // rows of `width` bytes from src (row pitch spitch) to dst (row pitch dpitch)
@@ -41,6 +43,7 @@ struct CpuBackend {
             memcpy((char*)dst + r * dpitch, (const char*)src + r * spitch, width);
     }
     static void synchronize() {}
+    static uint64_t launches() { return 0; }  // no kernels here
     static void accumulate(floatX* dst, const floatX* src, size_t n) { cpu::residual_forward(dst, dst, src, n); }
     static void upload_fp32(floatX* dst, const float* host, size_t n) { memcpy(dst, host, n * 4); }
     static void download_fp32(float* host, const floatX* src, size_t n) { memcpy(host, src, n * 4); }
@@ -102,16 +105,25 @@ struct CpuBackend {
                                  int N, int V, int Vp) {
         cpu::fused_classifier(logits, losses, targets, dloss, N, V, Vp);
     }
-    // master is unused here (fp32 params); seed feeds stochastic rounding on the CUDA backend
-    static void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v,
-                             size_t n, float lr, float beta1, float beta2, float eps, float wd,
+    static void mean_loss_add(double* acc, const float* losses, int N) { cpu::mean_loss_add(acc, losses, N); }
+    // AdamW over this rank's shard, tensor by tensor (master is unused here: fp32 params; seed
+    // feeds stochastic rounding on the CUDA backend)
+    static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                             const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
                              float grad_scale, int t, uint32_t seed) {
         (void)master;
         (void)seed;
-        cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+        for (int j = 0; j < table.count; j++) {
+            const ShardTensor& e = table.host[j];
+            cpu::adamw_update(params + e.param_offset, grads + e.grad_offset, m + e.state_offset, v + e.state_offset,
+                              e.n, lr, beta1, beta2, eps, e.decay ? wd : 0.0f, grad_scale, t);
+        }
     }
-    // *acc += sum of squares of x (acc lives in backend memory)
-    static void sum_squares_add(float* acc, const floatX* x, size_t n) {
-        *acc += (float)cpu::sum_squares(x, n);
+    // *out = sum of squares of the shard's gradients (out lives in backend memory)
+    static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
+        float sum = 0.0f;
+        for (int j = 0; j < table.count; j++)
+            sum += (float)cpu::sum_squares(grads + table.host[j].grad_offset, table.host[j].n);
+        *out = sum;
     }
 };

@@ -1,11 +1,13 @@
 // The CUDA backend: the same static members as CpuBackend (cpu_backend.h), so GPT2<Backend> and
 // zero/ run unchanged. floatX is bf16 (fp32 master weights in zero/) or, built with
 // -DENABLE_FP32, fp32. Every kernel, copy and cuBLASLt call goes to one stream (gpu::stream()),
-// so their order is program order; to_host waits for it, nothing else does.
+// so their order is program order; to_host and from_host wait for it, nothing else does.
 // Call CudaBackend::init(local_rank) before anything else.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cuda/adamw.cuh"
@@ -50,6 +52,15 @@ struct CudaBackend {
         gpu::init_context(local_rank % n);
     }
 
+    // the selected GPU's id, the same in every process that sees that GPU
+    static std::array<unsigned char, 16> device_uuid() {
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu::ctx().device));
+        std::array<unsigned char, 16> id;
+        memcpy(id.data(), prop.uuid.bytes, 16);
+        return id;
+    }
+
     // memory: alloc returns zeroed device memory
     static void* alloc(size_t bytes) {
         gpu::ctx();  // the device is chosen before the first allocation
@@ -63,10 +74,15 @@ struct CudaBackend {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu::stream()));
         CUDA_CHECK(cudaStreamSynchronize(gpu::stream()));
     }
-    // pageable host memory is staged before the call returns, so the caller may reuse src at once
+    // Waits until the copy is done: CUDA promises nothing about when a copy from pageable memory
+    // has read it (on unified-memory systems it may read it late), and callers free or reuse src.
     static void from_host(void* dst, const void* src, size_t bytes) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu::stream()));
+        CUDA_CHECK(cudaStreamSynchronize(gpu::stream()));
     }
+    // the same for the small uploads of every micro-step (the batch), without waiting for the GPU:
+    // src is copied into pinned memory at once and uploaded from there in stream order
+    static void from_host_pinned(void* dst, const void* src, size_t bytes) { gpu::upload_pinned(dst, src, bytes); }
     static void copy(void* dst, const void* src, size_t bytes) {
         if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu::stream()));
     }
@@ -79,6 +95,8 @@ struct CudaBackend {
         CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, gpu::stream()));
     }
     static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
+    // kernels and cuBLASLt matmuls queued since init
+    static uint64_t launches() { return gpu::ctx().launches; }
     static void accumulate(floatX* dst, const floatX* src, size_t n) { gpu::accumulate(dst, src, n); }
     // fp32 host <-> floatX device (round to nearest on the way in)
     static void upload_fp32(floatX* dst, const float* host, size_t n) {
@@ -158,11 +176,15 @@ struct CudaBackend {
                                  int Vp) {
         gpu::fused_classifier(logits, losses, targets, dloss, N, V, Vp);
     }
-    static void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int t,
-                             uint32_t seed) {
-        gpu::adamw_update(param, master, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t, seed);
+    static void mean_loss_add(double* acc, const float* losses, int N) { gpu::mean_loss_add(acc, losses, N); }
+    // one launch each over this rank's shard, as the table maps it
+    static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                             const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
+                             float grad_scale, int t, uint32_t seed) {
+        gpu::adamw_update(params, master, grads, m, v, table, lr, beta1, beta2, eps, wd, grad_scale, t, seed);
     }
-    // *acc += sum of squares of x (acc is device memory)
-    static void sum_squares_add(float* acc, const floatX* x, size_t n) { gpu::sum_squares_add(acc, x, n); }
+    // *out = sum of squares of the shard's gradients (out is device memory)
+    static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
+        gpu::grad_norm_squared(out, grads, table);
+    }
 };

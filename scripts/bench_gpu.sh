@@ -29,6 +29,10 @@ bench() {  # DESC B STEPS RECOMPUTE
         printf "bench %s B=%d T=1024 r=%d: %.1f ms/step, %.0f tok/s, MFU %s\n", d, b, r, ms, tok,
                peak > 0 ? sprintf("%.1f%%", 100 * tok * flops / peak) : "n/a (unknown GPU)" }'
     echo "$out" | grep -E '^rank 0 memory' | head -1
+    # expected from the code (test_kernels_cuda's LaunchesPerStep): 35 per layer + 16, and per
+    # layer one more GELU with -r 1, two more layernorms with -r 2
+    local want=$((35 * L + 16 + (${4} >= 1 ? L : 0) + (${4} >= 2 ? 2 * L : 0)))
+    echo "$(echo "$out" | grep -E '^rank 0 kernel launches' | head -1) (expected $want)"
 }
 bench d12 64 30 0
 bench d24 32 20 0

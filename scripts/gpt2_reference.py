@@ -4,10 +4,13 @@
 Two modes:
   --write-model PATH --config L=2,NH=4,C=64,V=101,maxT=32 --seed S
       random GPT-2 init, written as an llm.c checkpoint (version 3, fp32).
-  --model PATH --out PATH [--B --T --steps --lr --beta1 --beta2 --eps
+  --model PATH --out PATH [--B --T --accum --steps --lr --beta1 --beta2 --eps
       --weight-decay --grad-clip --seed] [--check]
       loads a checkpoint, draws a random batch, runs `steps` AdamW steps on
       that same batch and writes a debug-state file (format in write_debug_state).
+      With --accum A > 1 the batch is A micro-batches of B sequences, cut from one
+      stream of A*B*T+1 tokens the way the trainer's data loader cuts a shard, and
+      each step sums their gradients (each micro-batch's mean loss scaled by 1/A).
 
 All parameters live in ONE flat fp32 tensor laid out exactly like llm.c's
 buffer, and the model reads views into it, so autograd directly yields the
@@ -92,11 +95,18 @@ def init_model(cfg, seed):
 
 # ---------------------------------------------------------------- training
 
-def grad_of(flat, cfg, x, y):
+def grad_of(flat, cfg, x, y, accum):
+    """Logits, mean loss and gradient over the batch's `accum` micro-batches (rows of x, y
+    in order), the gradients of each micro-batch's mean loss / accum summed."""
     w = flat.detach().double().requires_grad_(True)
-    logits, loss = forward(w, cfg, x, y)
-    loss.backward()
-    return logits.detach(), loss.detach(), w.grad.detach()
+    B = x.shape[0] // accum
+    logits, loss = [], 0.0
+    for k in range(accum):
+        lk, loss_k = forward(w, cfg, x[k * B:(k + 1) * B], y[k * B:(k + 1) * B])
+        (loss_k / accum).backward()
+        logits.append(lk.detach())
+        loss = loss + loss_k.detach() / accum
+    return torch.cat(logits), loss, w.grad.detach()
 
 
 def decay_mask(cfg):
@@ -117,7 +127,7 @@ def train(flat, cfg, x, y, a):
     wd = decay_mask(cfg).double() * weight_decay
     losses, norms = [], []
     for t in range(1, a.steps + 1):
-        _, loss, g = grad_of(p, cfg, x, y)
+        _, loss, g = grad_of(p, cfg, x, y, a.accum)
         norm = float(torch.sqrt((g ** 2).sum()))
         clipped = grad_clip > 0 and norm > grad_clip
         if clipped:  # plain ratio, no +1e-6 (unlike torch's clip_grad_norm_)
@@ -161,9 +171,13 @@ def finite_diff_check(flat, cfg, x, y, grads, n_per_tensor=2, seed=0):
 
 
 def write_debug_state(path, cfg, a, x, y, logits, loss, grads, losses, norms, params_after):
+    """int32 header[256]: magic, version 3, B (rows of x: accum micro-batches), T, steps, V, Vp,
+    parameter count, accum; fp32 hyperparameters[8]: lr, beta1, beta2, eps, weight decay, grad
+    clip, 0, 0; then int32 x and y (B, T), fp32 logits (B, T, V), loss, gradients, the steps'
+    losses and gradient norms, and the parameters after the steps."""
     B, T = x.shape
     hdr = np.zeros(HEADER_INTS, dtype="<i4")
-    hdr[:8] = [DEBUG_MAGIC, 3, B, T, a.steps, cfg["V"], cfg["Vp"], grads.numel()]
+    hdr[:9] = [DEBUG_MAGIC, 3, B, T, a.steps, cfg["V"], cfg["Vp"], grads.numel(), a.accum]
     hyper = np.array([a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_clip, 0, 0], dtype="<f4")
     f32 = lambda t: np.asarray(t, dtype="<f4").tobytes()
     with open(path, "wb") as f:
@@ -197,6 +211,7 @@ def main():
     ap.add_argument("--out", metavar="PATH")
     ap.add_argument("--B", type=int, default=2)
     ap.add_argument("--T", type=int, default=16)
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per step")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--beta1", type=float, default=0.9)
@@ -219,12 +234,16 @@ def main():
 
     cfg, flat = read_checkpoint(a.model)
     flat = torch.from_numpy(flat)
-    if not (0 < a.T <= cfg["maxT"] and a.B > 0 and a.steps > 0):
-        raise FixtureError(f"need B>0, steps>0 and 0<T<=maxT={cfg['maxT']}")
+    if not (0 < a.T <= cfg["maxT"] and a.B > 0 and a.steps > 0 and a.accum > 0):
+        raise FixtureError(f"need B>0, accum>0, steps>0 and 0<T<=maxT={cfg['maxT']}")
     g = torch.Generator().manual_seed(a.seed)
-    x = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
-    y = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
-    logits, loss, grads = grad_of(flat, cfg, x, y)
+    if a.accum == 1:
+        x = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
+        y = torch.randint(0, cfg["V"], (a.B, a.T), generator=g)
+    else:  # window k of the stream is micro-batch k: inputs its first B*T tokens, targets shifted by one
+        stream = torch.randint(0, cfg["V"], (a.accum * a.B * a.T + 1,), generator=g)
+        x, y = stream[:-1].view(a.accum * a.B, a.T), stream[1:].view(a.accum * a.B, a.T)
+    logits, loss, grads = grad_of(flat, cfg, x, y, a.accum)
     losses, norms, params_after = train(flat, cfg, x, y, a)
     assert losses[0] == float(loss)
     write_debug_state(a.out, cfg, a, x, y, logits, loss, grads, losses, norms, params_after)

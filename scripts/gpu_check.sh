@@ -45,6 +45,9 @@ if command -v mpirun >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     make "${MAKE_ARGS[@]}" PRECISION=FP32 -B test/test_zero_cuda -o train_gpt >/dev/null 2>&1
     for n in 2 3; do run "ZeRO 0-3 on $n ranks sharing the GPU (fp32)" mpirun -np $n --oversubscribe test/test_zero_cuda; done
+    # bf16: stochastic rounding must not depend on the stage or the rank count
+    make "${MAKE_ARGS[@]}" -B test/test_zero_cuda -o train_gpt >/dev/null 2>&1
+    run "ZeRO 0-3 on 3 ranks sharing the GPU (bf16)" mpirun -np 3 --oversubscribe test/test_zero_cuda
 else
     say "SKIP  ZeRO multi-rank tests (no MPI on this machine)"
 fi

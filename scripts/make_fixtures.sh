@@ -20,3 +20,10 @@ mkdir -p "$OUT"
 "$PY" "$REF" --model "$OUT/tiny_model.bin" --out "$OUT/tiny_debug_state.bin" \
     --B 2 --T 16 --steps 10 --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-4 \
     --weight-decay 0.1 --grad-clip 2.0 --seed 1337
+# The same with gradient accumulation: 3 micro-batches of 2 per step, cut from one stream of
+# 3*2*16+1 tokens as the trainer's data loader cuts a shard (test/test_model.cpp trains on it).
+# Its norms, of a mean over 3x the tokens, fall from ~1.8 to ~1.1: clipping at 1.4 makes the
+# first steps clip and the later ones not.
+"$PY" "$REF" --model "$OUT/tiny_model.bin" --out "$OUT/tiny_debug_state_accum3.bin" \
+    --B 2 --T 16 --accum 3 --steps 10 --lr 1e-3 --beta1 0.9 --beta2 0.95 --eps 1e-4 \
+    --weight-decay 0.1 --grad-clip 1.4 --seed 1337

@@ -3,7 +3,8 @@
 #   build  what `make` needs: g++, OpenMPI, OpenBLAS, Python with tiktoken and numpy for the data step;
 #          with nvcc present also cuBLASLt and NCCL for the CUDA backend
 #   test   that, plus what the suite needs: GoogleTest, bc, and Debian's PyTorch with numpy,
-#          transformers (pinned: 4.30.2 is the newest that runs on Debian's torch 1.13) and safetensors
+#          transformers (pinned: 4.30.2 is the newest that runs on Debian's torch 1.13), safetensors
+#          and matplotlib (Debian's, for the plots)
 # Whatever is missing is installed where that is possible (root with apt-get; pip), one line per
 # package saying why; otherwise it stops with one line naming the command to run. With everything
 # present it installs nothing and takes a few tens of milliseconds (one dpkg-query, one Python per
@@ -45,6 +46,7 @@ if [ "$level" = test ]; then
     want_deb procps "pgrep, for the tests that kill a rank"
     want_deb python3-torch "PyTorch, the reference the model is tested against"
     want_deb python3-numpy "numpy for the PyTorch reference scripts"
+    want_deb python3-matplotlib "matplotlib, for scripts/plot_log.py and its test"
     pip_torch+=("transformers==4.30.2|transformers|transformers' GPT-2 and tokenizer, for the reference checks")
     pip_torch+=("safetensors|safetensors|safetensors files, for the Hugging Face conversion tests")
 fi

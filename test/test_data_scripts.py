@@ -6,6 +6,10 @@ Run from the project root:  python3 test/test_data_scripts.py
 Uses the local GPT-2 BPE files at ../shared/data/gpt2/{vocab.bpe,encoder.json}
 and ../shared/data/tinyshakespeare/input.txt (relative to the project root);
 tests that need them are skipped when they are absent. No network is used.
+
+Expected tokens come from an implementation independent of the scripts' tiktoken:
+transformers' GPT2Tokenizer reading the same two files (scripts/gpt2_tokenizer_reference.py),
+run by /usr/bin/python3 where transformers is installed (REFERENCE_PYTHON overrides it).
 """
 import json
 import os
@@ -30,8 +34,36 @@ HAVE_BPE = os.path.isfile(VOCAB_BPE) and os.path.isfile(ENCODER_JSON)
 HAVE_TEXT = os.path.isfile(SHAKESPEARE)
 BPE_MSG = f"local GPT-2 BPE files not found ({VOCAB_BPE}, {ENCODER_JSON})"
 TEXT_MSG = f"Tiny Shakespeare text not found ({SHAKESPEARE})"
-PREFIX_CHARS = 150000  # enough for more than 32768 tokens, so both splits are non-empty
 EOT = 50256
+REFERENCE_PYTHON = os.environ.get("REFERENCE_PYTHON", "/usr/bin/python3")
+REFERENCE_SCRIPT = os.path.join(ROOT, "scripts", "gpt2_tokenizer_reference.py")
+
+
+def run_reference(args, stdin=""):
+    r = subprocess.run([REFERENCE_PYTHON, REFERENCE_SCRIPT, ENCODER_JSON, VOCAB_BPE, *args], input=stdin,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"the transformers reference failed under {REFERENCE_PYTHON} ({r.returncode}); "
+                             f"it needs transformers (see .ci/run):\n{r.stderr}")
+    return json.loads(r.stdout)
+
+
+def reference_tokens(texts):
+    """transformers' GPT-2 tokens of each text, <|endoftext|> as the end-of-text token."""
+    return run_reference([], json.dumps(texts))
+
+
+def reference_vocab():
+    """every token's bytes by id, from transformers' GPT2Tokenizer"""
+    return [bytes.fromhex(h) for h in run_reference(["--vocab"])]
+
+
+def reference_documents(docs):
+    """tokens of documents as the data scripts lay them out: end-of-text, then the document"""
+    toks = []
+    for ids in reference_tokens(docs):
+        toks += [EOT] + ids
+    return toks
 
 
 def run_script(name, *args):
@@ -70,28 +102,6 @@ def blank_line_documents(text):
         start = i + 2
 
 
-def reference_gpt2_offline():
-    """tiktoken.get_encoding("gpt2") if its files are already in tiktoken's cache, else None.
-
-    Never touches the network: without cached files get_encoding would try to download.
-    """
-    import hashlib
-    import tempfile
-    import tiktoken
-    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
-    if cache_dir is None:
-        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    if cache_dir == "":
-        return None
-    for url in (dc.GPT2_VOCAB_BPE_URL, dc.GPT2_ENCODER_JSON_URL):
-        if not os.path.exists(os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())):
-            return None
-    try:
-        return tiktoken.get_encoding("gpt2")
-    except Exception:
-        return None
-
-
 @unittest.skipUnless(HAVE_BPE, BPE_MSG)
 class EncodingTest(unittest.TestCase):
     @classmethod
@@ -102,21 +112,26 @@ class EncodingTest(unittest.TestCase):
         self.assertEqual(self.enc.n_vocab, 50257)
         self.assertEqual(self.enc.eot_token, EOT)
 
-    def test_matches_reference_or_known_ids(self):
-        sample = ("Hello world! It's a test: 12345 tokens, \u00e9t\u00e9 \u2014 "
-                  "caf\u00e9\n\n  spaces   and\ttabs\u4f60\u597d <|endoftext|>")
-        ref = reference_gpt2_offline()
-        if ref is None:
-            print("\n[note] tiktoken's reference gpt2 encoding is not cached locally; "
-                  "checking known ids and round trips instead", file=sys.stderr)
-        if ref is not None:
-            self.assertEqual(self.enc.encode_ordinary(sample), ref.encode_ordinary(sample))
-            self.assertEqual(self.enc.encode(sample, allowed_special="all"),
-                             ref.encode(sample, allowed_special="all"))
+    # unicode (accents, CJK, emoji), digit runs, contractions, whitespace runs (spaces, tabs,
+    # newlines, trailing), and end-of-text in the middle, at the start and twice in a row
+    SAMPLES = ["Hello world! It's a test: 12345 tokens, 3.14159 and 1,000,000; 2024-05-20.",
+               "\u00e9t\u00e9 \u2014 caf\u00e9 na\u00efve \u4f60\u597d\u4e16\u754c \U0001F600\U0001F44D \u0416\u0436 \u03c0\u2248",
+               "  spaces   and\ttabs\t\tand\n\n\nnewlines  \n \n   ",
+               "they'll we've I'm you're she'd it's DON'T",
+               "before<|endoftext|>after", "<|endoftext|>first", "two<|endoftext|><|endoftext|> in a row",
+               "", " ", "x"]
+
+    def test_matches_transformers(self):
+        want = reference_tokens(self.SAMPLES)
+        for text, ids in zip(self.SAMPLES, want):
+            self.assertEqual(self.enc.encode(text, allowed_special="all"), ids, repr(text))
+            if "<|endoftext|>" not in text:
+                self.assertEqual(self.enc.encode_ordinary(text), ids, repr(text))
+            self.assertEqual(self.enc.decode(ids), text)
+
+    def test_known_ids(self):  # GPT-2's ids, as published
         self.assertEqual(self.enc.encode_ordinary("Hello world"), [15496, 995])
         self.assertEqual(self.enc.encode("<|endoftext|>", allowed_special="all"), [EOT])
-        for s in [sample, "First Citizen:\nBefore we proceed any further, hear me speak.", ""]:
-            self.assertEqual(self.enc.decode(self.enc.encode_ordinary(s)), s)
 
 
 @unittest.skipUnless(HAVE_BPE, BPE_MSG)
@@ -140,7 +155,7 @@ class TinyShakespeareTest(unittest.TestCase):
         cls.enc = dc.gpt2_encoding(VOCAB_BPE, ENCODER_JSON)
         cls.tmp = tempfile.TemporaryDirectory()
         with open(SHAKESPEARE, "r", encoding="utf-8") as f:
-            cls.text = f.read()[:PREFIX_CHARS]
+            cls.text = f.read()
         cls.input = os.path.join(cls.tmp.name, "input.txt")
         with open(cls.input, "w", encoding="utf-8") as f:
             f.write(cls.text)
@@ -151,13 +166,6 @@ class TinyShakespeareTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def expected_tokens(self):
-        toks = []
-        for doc in blank_line_documents(self.text):
-            toks.append(EOT)
-            toks.extend(self.enc.encode_ordinary(doc))
-        return toks
-
     def test_files_present(self):
         self.assertEqual(sorted(os.listdir(self.out)),
                          ["gpt2_tokenizer.bin", "tiny_shakespeare_train.bin", "tiny_shakespeare_val.bin"])
@@ -165,8 +173,8 @@ class TinyShakespeareTest(unittest.TestCase):
     def test_shards(self):
         val = read_shard(self, os.path.join(self.out, "tiny_shakespeare_val.bin"))
         train = read_shard(self, os.path.join(self.out, "tiny_shakespeare_train.bin"))
-        expected = self.expected_tokens()
-        self.assertGreater(len(expected), 32768, "prefix too short to exercise the split")
+        expected = reference_documents(blank_line_documents(self.text))
+        self.assertGreater(len(expected), 32768, "text too short to exercise the split")
         self.assertEqual(val, expected[:32768])
         self.assertEqual(train, expected[32768:])
         self.assertEqual(val[0], EOT)
@@ -183,10 +191,7 @@ class TinyShakespeareTest(unittest.TestCase):
             run_script("tinyshakespeare.py", "--input", p, "--out-dir", d)
             val = read_shard(self, os.path.join(d, "tiny_shakespeare_val.bin"))
             train = read_shard(self, os.path.join(d, "tiny_shakespeare_train.bin"))
-            expected = []
-            for doc in blank_line_documents(text):
-                expected += [EOT] + self.enc.encode_ordinary(doc)
-            self.assertEqual(val, expected)
+            self.assertEqual(val, reference_documents(blank_line_documents(text)))
             self.assertEqual(train, [])
 
     def test_tokenizer_file(self):
@@ -203,9 +208,7 @@ class TinyShakespeareTest(unittest.TestCase):
             entries.append(data[pos + 1:pos + 1 + n])
             pos += 1 + n
         self.assertEqual(pos, len(data), "trailing partial entry")
-        self.assertEqual(len(entries), 50257)
-        for i in [0, 32, 198, 995, 15496, 50255, EOT]:
-            self.assertEqual(entries[i], self.enc.decode_single_token_bytes(i), f"token {i}")
+        self.assertEqual(entries, reference_vocab())
         self.assertEqual(entries[EOT], b"<|endoftext|>")
         self.assertEqual(entries[15496], b"Hello")
 
@@ -216,7 +219,6 @@ class FineWebTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.enc = dc.gpt2_encoding(VOCAB_BPE, ENCODER_JSON)
         cls.tmp = tempfile.TemporaryDirectory()
         if HAVE_TEXT:
             with open(SHAKESPEARE, "r", encoding="utf-8") as f:
@@ -231,9 +233,7 @@ class FineWebTest(unittest.TestCase):
         with open(cls.jsonl, "w", encoding="utf-8") as f:
             for d in cls.docs:
                 f.write(json.dumps({"text": d, "id": "x"}) + "\n")
-        cls.expected = []
-        for d in cls.docs:
-            cls.expected += [EOT] + cls.enc.encode_ordinary(d)
+        cls.expected = reference_documents(cls.docs)
 
     @classmethod
     def tearDownClass(cls):
@@ -278,9 +278,7 @@ class FineWebTest(unittest.TestCase):
             paths.append(os.path.join(d, f"{i}.txt"))
             with open(paths[-1], "w", encoding="utf-8") as f:
                 f.write(doc)
-        expected = []
-        for doc in self.docs[:3]:
-            expected += [EOT] + self.enc.encode_ordinary(doc)
+        expected = reference_documents(self.docs[:3])
         out = os.path.join(self.tmp.name, "out3")
         run_script("fineweb.py", "--input", *paths, "--shard-size", str(len(expected)), "--out-dir", out)
         self.assertEqual(os.listdir(out), ["edu_fineweb_val_000000.bin"])

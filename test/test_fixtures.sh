@@ -12,6 +12,7 @@ committed=test/fixtures/tiny_debug_state.bin
 bash scripts/make_fixtures.sh "$d/regen" >/dev/null
 cmp test/fixtures/tiny_model.bin "$d/regen/tiny_model.bin"
 "$PY" scripts/compare_fixtures.py "$committed" "$d/regen/tiny_debug_state.bin"
+"$PY" scripts/compare_fixtures.py test/fixtures/tiny_debug_state_accum3.bin "$d/regen/tiny_debug_state_accum3.bin"
 
 # one parameter after training, 1e-6 larger in relative terms (8 ulp)
 "$PY" - "$committed" "$d/edited.bin" <<'PYEOF'

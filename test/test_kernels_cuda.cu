@@ -271,6 +271,7 @@ TEST_F(Cuda, Matmul) {
     check_matmul(384, 768, 2304, true);
     check_matmul(384, 3072, 768, true);
     check_matmul(67, 40, 24, true);
+    check_matmul(65535 * 128 + 3, 8, 8, true);  // more row chunks of the bias's column sums than gridDim.y holds
 }
 
 // ----------------------------------------------------------------------------
@@ -333,6 +334,7 @@ void check_attention(int B, int T, int C, int NH) {
 TEST_F(Cuda, Attention) {
     check_attention(2, 67, 96, 3);     // hs 32, T not a multiple of the tile
     check_attention(3, 128, 768, 12);  // GPT-2 small's heads
+    check_attention(2731, 2, 96, 24);  // B * NH = 65544 (b, h) pairs: more than gridDim.y or .z holds
     check_attention(1, 50, 48, 2);     // hs 24: padded to 32 inside the kernel
     check_attention(2, 67, 40, 2);     // hs 20: not a multiple of 8, scalar loads in bf16
     check_attention(1, 200, 256, 2);   // hs 128, several tiles
@@ -409,6 +411,31 @@ TEST_F(Cuda, Classifier) {
 // ----------------------------------------------------------------------------
 // optimizer, norm
 
+// the optimizer's table (kernels/shard_table.h) in host and device memory
+struct DevTable {
+    std::vector<ShardTensor> host;
+    Dev<ShardTensor> dev;
+    ShardTable table;
+    explicit DevTable(const std::vector<ShardTensor>& entries) : host(entries), dev(up_raw(host)) {
+        table.host = host.data();
+        table.device = dev.p;
+        table.count = (int)host.size();
+        for (const ShardTensor& t : host) table.elements += t.n;
+    }
+};
+// [0, n) cut at `cuts` into pieces that sit where they are in every buffer; decay alternates
+std::vector<ShardTensor> flat_pieces(size_t n, std::vector<size_t> cuts) {
+    cuts.insert(cuts.begin(), 0);
+    cuts.push_back(n);
+    std::vector<ShardTensor> t;
+    for (size_t i = 0; i + 1 < cuts.size(); i++) {
+        const size_t a = cuts[i], len = cuts[i + 1] - a;
+        t.push_back({a, len, a, a, a, a, (int)(i % 2 == 0)});
+    }
+    return t;
+}
+
+// one launch over three tensors (weight decay on the first and last) against the CPU backend
 void check_adamw(size_t n) {
     SCOPED_TRACE(testing::Message() << "n=" << n);
     std::vector<float> master = random_vec(n, -1, 1, 60), grad = random_vec(n, -1, 1, 61);
@@ -421,12 +448,14 @@ void check_adamw(size_t n) {
     const int t = 3;
     const uint32_t seed = 1234;
 
+    DevTable table(flat_pieces(n, {n / 3, n / 2}));
     Dev<X> d_param = up(param), d_grad = up(grad);
     Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
     float* master_p = G::has_master_weights ? d_master.p : nullptr;
-    G::adamw_update(d_param.p, master_p, d_grad.p, d_m.p, d_v.p, n, lr, b1, b2, eps, wd, scale, t, seed);
+    G::adamw_update(d_param.p, master_p, d_grad.p, d_m.p, d_v.p, table.table, lr, b1, b2, eps, wd, scale, t, seed);
     std::vector<float>& ref = G::has_master_weights ? master : param;
-    cpu::adamw_update(ref.data(), grad.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, scale, t);
+    CpuBackend::adamw_update(ref.data(), nullptr, grad.data(), m.data(), v.data(), table.table, lr, b1, b2, eps, wd,
+                             scale, t, seed);
     expect_close(down(d_m), m, {1e-6f, 1e-5f}, "adamw m");
     expect_close(down(d_v), v, {1e-6f, 1e-5f}, "adamw v");
     std::vector<float> got = down(d_param);
@@ -454,35 +483,60 @@ TEST_F(Cuda, AdamW) {
     check_adamw(100000);
 }
 
+// one AdamW step of n parameters laid out by `table`, whose flat indices cover [0, n); returns
+// the new parameters in flat order
+std::vector<unsigned char> adamw_bits(const std::vector<float>& master, const std::vector<float>& grad,
+                                      const std::vector<ShardTensor>& entries, uint32_t seed) {
+    const size_t n = master.size();
+    std::vector<float> shard_master(n), shard_grad(n);
+    for (const ShardTensor& t : entries)
+        for (size_t i = 0; i < t.n; i++) {
+            shard_master[t.state_offset + i] = master[t.flat_index + i];
+            shard_grad[t.grad_offset + i] = grad[t.flat_index + i];
+        }
+    DevTable table(entries);
+    Dev<X> p = up(shard_master), g = up(shard_grad);
+    Dev<float> mw = up_raw(shard_master), m(n), v(n);
+    G::adamw_update(p.p, G::has_master_weights ? mw.p : nullptr, g.p, m.p, v.p, table.table, 1e-3f, 0.9f, 0.95f,
+                    1e-8f, 0.0f, 1.0f, 1, seed);
+    std::vector<unsigned char> shard = bytes(p), flat(n * sizeof(X));
+    for (const ShardTensor& t : entries)
+        memcpy(flat.data() + t.flat_index * sizeof(X), shard.data() + t.param_offset * sizeof(X), t.n * sizeof(X));
+    return flat;
+}
+
 TEST_F(Cuda, AdamWSeedReproducible) {
     const size_t n = 5000;
     std::vector<float> master = random_vec(n, -1, 1, 70), grad = random_vec(n, -1, 1, 71);
     for (size_t i = 0; i < n; i++) master[i] += 1e-5f * std::cos((float)i);
-    auto run = [&](uint32_t seed) {
-        Dev<X> p = up(master), g = up(grad);
-        Dev<float> mw = up_raw(master), m(n), v(n);
-        G::adamw_update(p.p, G::has_master_weights ? mw.p : nullptr, g.p, m.p, v.p, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                        0.0f, 1.0f, 1, seed);
-        return bytes(p);
-    };
-    EXPECT_TRUE(run(7) == run(7)) << "adamw: same seed, different parameters";
-    if (G::has_master_weights) EXPECT_FALSE(run(7) == run(8)) << "adamw: the seed does not reach the rounding";
+    const std::vector<ShardTensor> whole = flat_pieces(n, {});
+    EXPECT_TRUE(adamw_bits(master, grad, whole, 7) == adamw_bits(master, grad, whole, 7))
+        << "adamw: same seed, different parameters";
+    if (G::has_master_weights)
+        EXPECT_FALSE(adamw_bits(master, grad, whole, 7) == adamw_bits(master, grad, whole, 8))
+            << "adamw: the seed does not reach the rounding";
+    // the same parameters held as two tensors in the other order (as another ZeRO stage or rank
+    // count would place them) round alike: the random bits follow the place in the model
+    const size_t a = 1234;
+    const std::vector<ShardTensor> swapped = {{0, n - a, 0, 0, 0, a, 0}, {n - a, a, n - a, n - a, n - a, 0, 0}};
+    EXPECT_TRUE(adamw_bits(master, grad, whole, 7) == adamw_bits(master, grad, swapped, 7))
+        << "adamw: rounding depends on where a parameter sits in the shard";
 }
 
-TEST_F(Cuda, SumSquares) {
+TEST_F(Cuda, GradNormSquared) {
     for (size_t n : {(size_t)7, (size_t)100003, (size_t)3000000}) {
         SCOPED_TRACE(testing::Message() << "n=" << n);
         std::vector<float> x = random_vec(n, -1, 1, 80);
         Dev<X> d_x = up(x);
-        Dev<float> acc = up_raw(std::vector<float>{1.5f});
-        G::sum_squares_add(acc.p, d_x.p, n);
-        float first = down(acc)[0];
-        double want = 1.5 + cpu::sum_squares(x.data(), n);
+        Dev<float> out = up_raw(std::vector<float>{1.5f});
+        DevTable table(flat_pieces(n, {n / 4, n / 4 + 1}));
+        G::grad_norm_squared(out.p, d_x.p, table.table);
+        float first = down(out)[0];
+        double want = cpu::sum_squares(x.data(), n);
         EXPECT_NEAR(first, want, 1e-5 * want);
-        G::from_host(acc.p, std::vector<float>{1.5f}.data(), sizeof(float));
-        G::sum_squares_add(acc.p, d_x.p, n);
-        float second = down(acc)[0];
-        EXPECT_EQ(std::memcmp(&first, &second, 4), 0) << "sum_squares_add is not deterministic";
+        G::grad_norm_squared(out.p, d_x.p, table.table);
+        float second = down(out)[0];
+        EXPECT_EQ(std::memcmp(&first, &second, 4), 0) << "grad_norm_squared is not deterministic";
     }
 }
 
@@ -500,7 +554,8 @@ std::vector<float> train_steps(const GPT2Config& mc, const std::vector<float>& i
     const AdamHyper hyper{0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < steps; s++) {
         zero.zero_grads();
-        losses.push_back(model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T)));
+        model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+        losses.push_back((float)model.take_loss_sum());
         model.backward(B, T);
         norms->push_back(zero.step(1e-3f, hyper, 1.0f, s + 1, 42u + s));
     }
@@ -522,6 +577,35 @@ TEST_F(Cuda, ModelMatchesCpu) {
     // recomputation changes memory, not results
     std::vector<float> gpu_loss_rc = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, 2, &gpu_norms_recompute);
     EXPECT_EQ(gpu_loss_rc, gpu_loss) << "recompute=2 changed the losses";
+}
+
+// Kernel launches per training step (kernels and library calls, as check_launch counts them),
+// from the code: forward 9 per layer + 5 (encoder, final layernorm, classifier matmul,
+// softmax-loss, loss sum); backward 26 per layer + 9 (2 per matmul, +2 for a bias's column
+// sums; 3 per layernorm; attention 3, GELU 1; classifier matmul 2, final layernorm 3, encoder 4);
+// optimizer 2 (one norm, one AdamW launch). At d12: 35 * 12 + 16 = 436.
+TEST_F(Cuda, LaunchesPerStep) {
+    GPT2Config mc;
+    ASSERT_TRUE(config_from_descriptor("L=2,NH=3,C=96,V=101,maxT=80", &mc));
+    const int B = 2, T = 64;
+    std::vector<float> init = random_init(mc, 5);
+    std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 91);
+    SingleComm comm(CudaBackend::copy);
+    Zero<CudaBackend> zero(0, ParamLayout(mc).groups(mc.num_layers), comm);
+    zero.load(init.data());
+    GPT2<CudaBackend> model(mc, B, T, 0, zero);
+    uint64_t launches[2];
+    for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
+        const uint64_t before = CudaBackend::launches();
+        zero.zero_grads();
+        model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+        model.backward(B, T);
+        zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
+        model.take_loss_sum();
+        launches[s] = CudaBackend::launches() - before;
+    }
+    EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16));
+    EXPECT_EQ(launches[0], launches[1]);
 }
 
 // The whole model on the GPU against the PyTorch debug state that the CPU test uses. The fp32

@@ -18,7 +18,7 @@ inline SingleComm& single_comm() {
 
 // The debug state written by scripts/gpt2_reference.py (format described there).
 struct DebugState {
-    int B, T, steps, V, Vp;
+    int B, T, steps, V, Vp, accum;  // B rows in x and y: accum micro-batches of B / accum
     size_t num_params;
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
     std::vector<int> x, y;
@@ -31,7 +31,8 @@ struct DebugState {
         float hyper[8];
         read_exact(h, sizeof(h), f, path, "header");
         if (h[0] != 20240327 || h[1] != 3) fatal(1, "%s: not a version 3 debug state", path.c_str());
-        B = h[2], T = h[3], steps = h[4], V = h[5], Vp = h[6], num_params = (size_t)h[7];
+        B = h[2], T = h[3], steps = h[4], V = h[5], Vp = h[6], num_params = (size_t)h[7], accum = h[8];
+        if (accum < 1 || B % accum != 0) fatal(1, "%s: %d rows do not split into %d micro-batches", path.c_str(), B, accum);
         read_exact(hyper, sizeof(hyper), f, path, "hyperparameters");
         lr = hyper[0], beta1 = hyper[1], beta2 = hyper[2], eps = hyper[3], weight_decay = hyper[4], grad_clip = hyper[5];
         auto read = [&](auto& v, size_t n) {
@@ -104,20 +105,23 @@ ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::ve
     zero.load(init.data());
     GPT2<Backend> model(c, s.B, s.T, 0, zero);
     ModelRun run;
-    run.loss = model.forward(s.x.data(), s.y.data(), s.B, s.T, 0.0f);
+    model.forward(s.x.data(), s.y.data(), s.B, s.T, 0.0f);
+    run.loss = (float)model.take_loss_sum();
     run.logits.resize((size_t)s.B * s.T * s.V);
     for (int row = 0; row < s.B * s.T; row++) model.logits_at(row, run.logits.data() + (size_t)row * s.V);
 
     zero.zero_grads();
     model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
     model.backward(s.B, s.T);
+    model.take_loss_sum();  // the same loss again
     run.grads = gradients_to_host(zero);
 
     zero.load(init.data());  // the steps start from the same parameters
     const AdamHyper hyper{s.beta1, s.beta2, s.eps, s.weight_decay};
     for (int step = 0; step < s.steps; step++) {
         zero.zero_grads();
-        run.losses.push_back(model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T)));
+        model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+        run.losses.push_back((float)model.take_loss_sum());
         model.backward(s.B, s.T);
         run.norms.push_back(zero.step(s.lr, hyper, s.grad_clip, step + 1, 1234u + step));
     }

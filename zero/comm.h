@@ -1,13 +1,16 @@
 // The one interface through which ranks talk. zero/ and the training loop call only these; an
 // MPI implementation (host memory, or device memory staged through the host) and an NCCL one
-// (device memory) sit behind it. Reduce-scatter and all-gather also come in an asynchronous
-// form, so ZeRO can move one layer while the next is computed. Every collective is a sum where it reduces, and counts the bytes
-// it moves per rank the way the ZeRO paper does: an all-reduce of n elements moves 2n (it is a
-// reduce-scatter plus an all-gather), a reduce-scatter or all-gather over n elements in total
-// moves n.
+// (device memory) sit behind it. Each collective also comes in an asynchronous form, so ZeRO
+// can move one layer while the next is computed. Every collective is a sum where it reduces,
+// and counts the bytes it moves per rank the way the ZeRO paper does: an all-reduce of n
+// elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter or all-gather
+// over n elements in total moves n.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 enum class DType { F32, BF16 };
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
@@ -24,15 +27,15 @@ public:
     const CommCounters& counters() const { return counters_; }
     void reset_counters() { counters_ = CommCounters{}; }
 
-    // buf[0..n) summed over ranks, in place
-    void all_reduce(void* buf, size_t n, DType t) {
-        counters_.all_reduce += 2 * n * dtype_size(t);
-        do_all_reduce(buf, n, t);
-    }
     // A started collective: until wait(ticket) its buffers must stay untouched and its result
     // unused. After wait, host code may read a host result, and device work queued afterwards
     // sees a device result. Ticket 0 is a collective that finished before returning.
     using Ticket = uint64_t;
+    // buf[0..n) summed over ranks, in place
+    Ticket all_reduce_async(void* buf, size_t n, DType t) {
+        counters_.all_reduce += 2 * n * dtype_size(t);
+        return start_all_reduce(buf, n, t);
+    }
     // send holds world*n elements, rank-major; rank r receives the sum of block r in recv[0..n)
     Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t) {
         counters_.reduce_scatter += (size_t)world_ * n * dtype_size(t);
@@ -61,10 +64,27 @@ public:
     [[noreturn]] virtual void abort(int code) = 0;
 
 protected:
-    virtual void do_all_reduce(void* buf, size_t n, DType t) = 0;
+    virtual Ticket start_all_reduce(void* buf, size_t n, DType t) = 0;
     virtual Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
     virtual Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
     virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;
     int rank_ = 0, world_ = 1;
     CommCounters counters_;
 };
+
+// NCCL or MPI for device buffers. NCCL needs every rank on a GPU of its own; ranks of a node
+// that share one must go through MPI, staged through host memory. Decided from the GPUs' ids
+// (cudaDeviceProp.uuid) that the ranks of one node hold, in local rank order, not from how many
+// GPUs a rank sees: under a per-rank CUDA_VISIBLE_DEVICES every rank sees one.
+using GpuUuid = std::array<unsigned char, 16>;
+struct CommChoice {
+    bool nccl;
+    std::string why;  // for the log
+};
+inline CommChoice choose_communicator(const std::vector<GpuUuid>& node_gpus) {
+    for (size_t a = 0; a < node_gpus.size(); a++)
+        for (size_t b = a + 1; b < node_gpus.size(); b++)
+            if (node_gpus[a] == node_gpus[b])
+                return {false, "local ranks " + std::to_string(a) + " and " + std::to_string(b) + " share a GPU"};
+    return {true, "each of the node's " + std::to_string(node_gpus.size()) + " rank(s) has a GPU of its own"};
+}

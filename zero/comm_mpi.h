@@ -69,10 +69,16 @@ public:
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:
-    void do_all_reduce(void* buf, size_t n, DType t) override {
+    Ticket start_all_reduce(void* buf, size_t n, DType t) override {
+        if (!staged()) {
+            MPI_Request r;
+            MPI_Iallreduce(MPI_IN_PLACE, buf, count(n, t), mpi_type(t), op(t), comm_, &r);
+            return remember(r);
+        }
         void* h = stage_in(buf, n * dtype_size(t), 0);
         MPI_Allreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_);
         stage_out(buf, h, n * dtype_size(t));
+        return 0;
     }
     Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
         if (!staged()) {

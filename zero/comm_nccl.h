@@ -1,9 +1,8 @@
 // Communicator over NCCL for device buffers, one GPU per rank. MPI starts it (rank 0 makes the
 // ncclUniqueId and broadcasts it) and still carries the host-side calls: scalar all-reduces,
-// broadcasts of host memory, abort. Blocking collectives are queued on the kernels' stream, so
-// they are ordered with the kernels that produce and consume their buffers. Asynchronous ones
-// run on a stream of their own, after the work queued so far, and wait(ticket) makes the kernels'
-// stream wait for them, without stopping the host.
+// broadcasts of host memory, abort. Collectives run on a stream of their own, after the work
+// the kernels' stream holds so far, and wait(ticket) makes the kernels' stream wait for them,
+// without stopping the host.
 // NCCL refuses two ranks on one GPU: use MpiComm with staging (comm_mpi.h) there.
 // Only for nvcc builds with MPI.
 #pragma once
@@ -41,6 +40,25 @@
             abort_all_ranks(1);                                                                 \
         }                                                                                       \
     } while (0)
+
+// Whether every rank holds a GPU of its own: the ranks of each node (`node`) compare their
+// GPUs' ids (choose_communicator in comm.h), and all ranks agree. Rank 0 says which
+// communicator it is and why, when `say`.
+inline bool nccl_usable(MPI_Comm node, const GpuUuid& mine, bool say) {
+    int local_size = 1, rank = 0;
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::vector<GpuUuid> node_gpus(local_size);
+    MPI_Allgather(mine.data(), (int)mine.size(), MPI_BYTE, node_gpus.data(), (int)mine.size(), MPI_BYTE, node);
+    const CommChoice choice = choose_communicator(node_gpus);
+    int everywhere = choice.nccl ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    const bool nccl = everywhere == 1;
+    if (rank == 0 && say)
+        printf("communicator: %s (%s)\n", nccl ? "NCCL" : "MPI through host memory",
+               nccl == choice.nccl ? choice.why.c_str() : "ranks of another node share a GPU");
+    return nccl;
+}
 
 class NcclComm : public Communicator {
 public:
@@ -83,8 +101,10 @@ public:
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
 
 protected:
-    void do_all_reduce(void* buf, size_t n, DType t) override {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, nccl_, stream_));
+    Ticket start_all_reduce(void* buf, size_t n, DType t) override {
+        after_queued_work();
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, nccl_, comm_stream_));
+        return mark_done();
     }
     Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
         after_queued_work();

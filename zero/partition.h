@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "../kernels/shard_table.h"
+
 struct TensorSlice {
     size_t offset;  // in the flat (unsharded) parameter buffer
     size_t n;
@@ -59,6 +61,23 @@ public:
     static size_t valid(const Tensor& t, int r) {
         size_t start = std::min(t.slice.n, (size_t)r * t.chunk);
         return std::min(t.chunk, t.slice.n - start);
+    }
+
+    // Rank r's pieces of every tensor in shard order, for the optimizer's launches. The
+    // parameters (gradients) sit in the flat full-size buffer when full_params (full_grads),
+    // else in the shard; Adam state is always in the shard.
+    std::vector<ShardTensor> shard_table(int r, bool full_params, bool full_grads) const {
+        std::vector<ShardTensor> table;
+        size_t start = 0;
+        for (const Group& g : groups_)
+            for (const Tensor& t : g.tensors) {
+                const size_t n = valid(t, r), flat = t.slice.offset + (size_t)r * t.chunk;
+                if (n == 0) continue;
+                table.push_back({start, n, full_params ? flat : t.shard_offset, full_grads ? flat : t.shard_offset,
+                                 t.shard_offset, flat, t.slice.decay ? 1 : 0});
+                start += n;
+            }
+        return table;
     }
 
 private:

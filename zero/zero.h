@@ -1,11 +1,13 @@
 // ZeRO stages 0-3: who keeps which part of the parameters, gradients and Adam state, and when
 // they move between ranks. Knows nothing of the model's kernels: it takes the parameter groups
 // from the model and uses only the backend's memory primitives and its two optimizer ops
-// (adamw_update, sum_squares_add).
+// (adamw_update, grad_norm_squared), each one launch over the rank's whole shard.
 //
 //   stage 0  full replicas; gradients all-reduced once per step
 //   stage 1  Adam state (and fp32 master weights) sharded; gradients reduce-scattered once per
 //            step, each rank updates its shard, parameters all-gathered
+//            (at stages 0-1 each group's reduction starts as soon as its backward is done, on
+//            the last micro-step of the step, which reduce_during_backward(true) announces)
 //   stage 2  gradients sharded too: each group is reduce-scattered as soon as its backward is
 //            done, from a reusable bucket, and accumulated into the shard
 //   stage 3  parameters sharded too: each group is all-gathered into a slot just before use
@@ -15,9 +17,10 @@
 // collects from the classifier (first in backward) to the encoder (last). Middle groups alternate
 // between two, so one can be filled while the other is in use.
 //
-// Overlap: at stages 2-3 a group's reduce-scatter starts as soon as its backward is done and runs
-// while the next group is computed; its result is added into the shard when the slot is needed
-// again (or at the step). At stage 3, prefetch(g) starts the gather of the group computed next.
+// Overlap: a group's reduction (every micro-step at stages 2-3, the last one at stages 0-1) starts
+// as soon as its backward is done and runs while the next group is computed; its result is used
+// (added into the shard, or copied back into the full gradient) when the slot is needed again
+// (or at the step). At stage 3, prefetch(g) starts the gather of the group computed next.
 // Each slot has its own communication buffers, so these never wait on one another.
 //
 // Pieces: a collective moves at most one layer's shard at a time; a larger group (the
@@ -30,6 +33,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "../data/io.h"  // fatal
 #include "comm.h"
 #include "partition.h"
 
@@ -78,9 +82,10 @@ public:
             slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
             slot_piece[s] = std::max(slot_piece[s], std::min(piece_, plan_.group(g).shard_size));
         }
-        for (int s = 0; s < kSlots && stage_ >= 1; s++) {
+        const bool reduces = stage_ >= 1 || comm.world() > 1;
+        for (int s = 0; s < kSlots && reduces; s++) {
             rank_major_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
-            own_[s] = alloc<floatX>(slot_piece[s], &memory_.comm);
+            if (stage_ >= 1) own_[s] = alloc<floatX>(slot_piece[s], &memory_.comm);
             if (stage_ >= 2) bucket_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
             if (stage_ == 3) {
                 slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
@@ -88,6 +93,14 @@ public:
             }
         }
         norm_acc_ = alloc<float>(1, &memory_.comm);
+        reduced_.assign(plan_.num_groups(), 0);
+        shard_host_ = plan_.shard_table(rank_, stage_ <= 2, stage_ <= 1);
+        ShardTensor* device_table = alloc<ShardTensor>(shard_host_.size(), &memory_.comm);
+        Backend::from_host(device_table, shard_host_.data(), shard_host_.size() * sizeof(ShardTensor));
+        shard_.host = shard_host_.data();
+        shard_.device = device_table;
+        shard_.count = (int)shard_host_.size();
+        for (const ShardTensor& t : shard_host_) shard_.elements += t.n;
     }
     ~Zero() {
         for (void* p : allocations_) Backend::release(p);
@@ -176,7 +189,10 @@ public:
         if (slot_group_[s] != g) {
             // the last (or only) piece may have been started by prefetch()
             for_each_piece(group, [&](size_t lo, size_t hi) {
-                if (gather_[s].group != g || gather_[s].lo != lo) start_gather(g, lo, hi);
+                if (gather_[s].group != g || gather_[s].lo != lo) {
+                    prefetch_misses_ += g != 0;  // the embedding comes first: nothing runs before it
+                    start_gather(g, lo, hi);
+                }
                 comm_.wait(gather_[s].ticket);
                 gather_[s].group = -1;
                 unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
@@ -185,6 +201,9 @@ public:
         }
         return tensors_at(slot_[s], group, group_offset);
     }
+    // Stage 3: gathers params() had to start itself, for a group after the first of a micro-step
+    // (each costs the overlap prefetch() is there for); 0 when the model prefetches correctly
+    int prefetch_misses() const { return prefetch_misses_; }
     // Stage 3: start gathering group g (if it exists, is not already there and goes in one
     // piece) while the caller computes with another slot's group.
     void prefetch(int g) {
@@ -197,7 +216,11 @@ public:
     // hands out a zeroed bucket, which grads_done() reduce-scatters into the shard.
     Tensors grads(int g) {
         const auto& group = plan_.group(g);
-        if (stage_ <= 1) return tensors_at(grads_full_, group, full_offset);
+        if (stage_ <= 1) {
+            if (reduce_in_backward_ && reduced_[g])
+                fatal(1, "zero: group %d's gradients wanted after their reduction began (a second backward after reduce_during_backward(true)?)", g);
+            return tensors_at(grads_full_, group, full_offset);
+        }
         int s = slot_of(g);
         if (bucket_group_[s] != g) {
             Backend::zero(bucket_[s], group.size * sizeof(floatX));
@@ -205,25 +228,22 @@ public:
         }
         return tensors_at(bucket_[s], group, group_offset);
     }
+    // group g's backward is done: its reduction may start (see the stage table above)
     void grads_done(int g) {
-        if (stage_ <= 1) return;
-        const auto& group = plan_.group(g);
-        int s = slot_of(g);
-        // piece by piece through the slot's buffers; the last piece finishes while the caller
-        // computes on, and is added into the shard when the buffers are needed again
-        for_each_piece(group, [&](size_t lo, size_t hi) {
-            finish_reduce(s);
-            pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
-            reduce_[s] = {g, lo, hi, comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_)};
-        });
-        bucket_group_[s] = -1;
+        if (stage_ >= 2 || reduce_in_backward_) reduce_group(g);
+        if (stage_ >= 2) bucket_group_[slot_of(g)] = -1;
     }
 
     // before the first micro-step of a step
     void zero_grads() {
         if (stage_ <= 1) Backend::zero(grads_full_, plan_.total() * sizeof(floatX));
         else Backend::zero(grad_shard_, plan_.shard_size() * sizeof(floatX));
+        std::fill(reduced_.begin(), reduced_.end(), 0);
+        reduce_in_backward_ = false;
     }
+    // before each backward: true for the last of the step, whose gradients are then complete
+    // group by group, so stages 0-1 reduce each as soon as its backward is done
+    void reduce_during_backward(bool last_micro_step) { reduce_in_backward_ = last_micro_step; }
     // before each micro-step's forward: stage 3 gathers every group afresh
     void begin_micro_step() { invalidate_slots(); }
 
@@ -237,18 +257,17 @@ public:
     // step() in two halves, so the caller may look at the norm and skip the update: first the
     // reductions and the global gradient norm, ...
     float grad_norm() {
+        if (stage_ <= 1)  // what no backward reduced
+            for (int g = 0; g < plan_.num_groups(); g++)
+                if (!reduced_[g]) reduce_group(g);
+        reduce_in_backward_ = false;  // the gradients may be read again
         for (int s = 0; s < kSlots; s++) {
             finish_reduce(s);
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
             gather_[s].group = -1;
         }
-        if (stage_ == 0 && comm_.world() > 1) comm_.all_reduce(grads_full_, plan_.total(), dtype_);
-        if (stage_ == 1) reduce_scatter_full_grads();
 
-        Backend::zero(norm_acc_, sizeof(float));
-        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            Backend::sum_squares_add(norm_acc_, grad_of(t), len);
-        });
+        Backend::grad_norm_squared(norm_acc_, grads_base(), shard_);
         float local = 0.0f;
         Backend::to_host(&local, norm_acc_, sizeof(float));
         // stage 0: every rank holds the whole reduced gradient, nothing to add up
@@ -258,14 +277,8 @@ public:
     // ... then the update with that norm (a collective too: every rank must call it or none)
     void update(float norm, float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
         float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-        uint32_t index = 0;
-        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            float wd = t.slice.decay ? h.weight_decay : 0.0f;
-            Backend::adamw_update(param_of(t), master_ ? master_ + t.shard_offset : nullptr,
-                                  grad_of(t), adam_m_ + t.shard_offset, adam_v_ + t.shard_offset,
-                                  len, lr, h.beta1, h.beta2, h.eps, wd, scale, step_number,
-                                  seed ^ (0x9E3779B9u * ++index));
-        });
+        Backend::adamw_update(stage_ <= 2 ? params_full_ : param_shard_, master_, grads_base(), adam_m_, adam_v_, shard_,
+                              lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
 
         if (stage_ == 1 || stage_ == 2) all_gather_full_params();
         invalidate_slots();
@@ -307,12 +320,34 @@ private:
         if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
         gather_[s] = {g, lo, hi, comm_.all_gather_async(param_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
     }
-    // adds the slot's finished reduce-scatter, if one is outstanding, into the gradient shard
+    // Starts summing group g's gradients over ranks, piece by piece through its slot's
+    // buffers: stage 0 all-reduces the full gradient, stage 1 reduce-scatters it, stages 2-3 the
+    // micro-step's bucket. The last piece finishes while the caller computes on.
+    void reduce_group(int g) {
+        reduced_[g] = 1;
+        if (stage_ == 0 && comm_.world() == 1) return;  // nothing to sum
+        const auto& group = plan_.group(g);
+        const int s = slot_of(g);
+        for_each_piece(group, [&](size_t lo, size_t hi) {
+            finish_reduce(s);
+            if (stage_ <= 1) pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
+            else pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
+            reduce_[s] = {g, lo, hi, stage_ == 0 ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
+                                                 : comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_)};
+        });
+    }
+    // the slot's outstanding reduction, if any, waited for and its result put where the
+    // optimizer reads it: back into the full gradient (stage 0), into this rank's chunks of it
+    // (stage 1), added into the gradient shard (stages 2-3)
     void finish_reduce(int s) {
         InFlight& r = reduce_[s];
         if (r.group < 0) return;
         comm_.wait(r.ticket);
-        Backend::accumulate(grad_shard_ + plan_.group(r.group).shard_offset + r.lo, own_[s], r.hi - r.lo);
+        const auto& group = plan_.group(r.group);
+        auto grad = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
+        if (stage_ == 0) unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
+        else if (stage_ == 1) copy_own_piece(own_[s], group, r.lo, r.hi, grad, false);
+        else Backend::accumulate(grad_shard_ + group.shard_offset + r.lo, own_[s], r.hi - r.lo);
         r.group = -1;
     }
     int slot_of(int g) const {
@@ -322,6 +357,7 @@ private:
     void invalidate_slots() {
         for (int s = 0; s < kSlots; s++) slot_group_[s] = -1;
     }
+    floatX* grads_base() const { return stage_ <= 1 ? grads_full_ : grad_shard_; }
     // this rank's chunk of tensor t, where the optimizer reads it
     floatX* grad_of(const PartitionPlan::Tensor& t) const {
         if (stage_ <= 1) return grads_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
@@ -425,16 +461,6 @@ private:
         }
         for (int s = 0; s < kSlots; s++) drain(s);
     }
-    // stage 1: the full gradient -> this rank's chunks of it, summed over ranks, in place
-    void reduce_scatter_full_grads() {
-        auto grad = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
-        for_each_piece_pipelined(
-            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) {
-                pack(rank_major_[s], grads_full_, g, full_offset, lo, hi);
-                return comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_);
-            },
-            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) { copy_own_piece(own_[s], g, lo, hi, grad, false); });
-    }
     // stages 1-2: every rank's updated chunks -> the full parameters
     void all_gather_full_params() {
         auto param = [&](const PartitionPlan::Tensor& t) { return param_of(t); };
@@ -456,6 +482,8 @@ private:
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;
     floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
     float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;
+    std::vector<ShardTensor> shard_host_;  // the optimizer's table of this rank's shard
+    ShardTable shard_;
     // per slot: a rank-major buffer (world x group shard) and this rank's block, for the
     // collectives; at stages 2-3 the gradient bucket, at stage 3 the gathered parameters
     floatX* rank_major_[kSlots] = {};
@@ -466,6 +494,9 @@ private:
     // which group each slot's parts hold or are receiving (-1: none)
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
+    std::vector<char> reduced_;  // per group: its reduction of this step has started (stages 0-1)
+    bool reduce_in_backward_ = false;
     InFlight gather_[kSlots], reduce_[kSlots];  // each slot's collective under way, if any
+    int prefetch_misses_ = 0;
     size_t piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
 };

@@ -34,4 +34,12 @@ inline void fused_classifier(float* logits, float* losses, const int* targets, f
     }
 }
 
+// *acc += the mean of losses[0..N), rounded to float: the batch's loss, added up over a step
+// where it stays until read
+inline void mean_loss_add(double* acc, const float* losses, int N) {
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += losses[i];
+    *acc += (float)(sum / N);
+}
+
 }  // namespace cpu

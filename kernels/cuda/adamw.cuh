@@ -1,39 +1,63 @@
-// AdamW with decoupled weight decay, as the CPU reference. The bf16 build keeps fp32 master
+// AdamW with decoupled weight decay, as the CPU reference, in one launch over a rank's whole
+// shard (kernels/shard_table.h says how the table maps it). The bf16 build keeps fp32 master
 // weights: the update is done on master, and param gets master rounded stochastically with
-// random bits from (seed, index), so a run is reproducible from its seed. The fp32 build has no
-// master copy (master == nullptr) and updates param directly. grad_scale folds gradient clipping
-// into the update.
+// random bits from (seed, the element's index in the model), so a run is reproducible from its
+// seed at any ZeRO stage. The fp32 build has no master copy (master == nullptr) and updates param
+// directly. grad_scale folds gradient clipping into the update.
 #pragma once
 #include <cmath>
 
+#include "../shard_table.h"
 #include "common.cuh"
 
 namespace gpu {
 
-__global__ void adamw_kernel(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n,
-                             float lr, float beta1, float beta2, float bc1, float bc2, float eps, float wd,
-                             float grad_scale, uint32_t seed) {
+// The table entry holding element e: *j < 0 finds it by bisection, later calls walk on from
+// there (a thread's elements only grow, and the table has one entry per tensor, 580 at d48).
+__device__ inline const ShardTensor& entry_of(const ShardTensor* table, int count, size_t e, int* j) {
+    if (*j < 0) {
+        int lo = 0, hi = count - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (table[mid].start <= e) lo = mid;
+            else hi = mid - 1;
+        }
+        *j = lo;
+    }
+    while (table[*j].start + table[*j].n <= e) ++*j;
+    return table[*j];
+}
+
+__global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                             const ShardTensor* table, int count, size_t total, float lr, float beta1, float beta2,
+                             float bc1, float bc2, float eps, float wd, float grad_scale, uint32_t seed) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = (float)grad[i] * grad_scale;
-        const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = master ? master[i] : (float)param[i];
-        p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
-        if (master) master[i] = p;
-        store_rounded(param + i, p, seed, i);
+    int j = -1;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        const ShardTensor& t = entry_of(table, count, e, &j);
+        const size_t i = e - t.start, s = t.state_offset + i;
+        floatX* param = params + t.param_offset + i;
+        const float g = (float)grads[t.grad_offset + i] * grad_scale;
+        const float mi = beta1 * m[s] + (1.0f - beta1) * g;
+        const float vi = beta2 * v[s] + (1.0f - beta2) * g * g;
+        m[s] = mi;
+        v[s] = vi;
+        float p = master ? master[s] : (float)*param;
+        p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + (t.decay ? wd : 0.0f) * p);
+        if (master) master[s] = p;
+        store_rounded(param, p, seed, rounding_index(t, i));
     }
 }
 
-inline void adamw_update(floatX* param, float* master, const floatX* grad, float* m, float* v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float wd, float grad_scale, int t, uint32_t seed) {
-    if (n == 0) return;
+inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                         const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
+                         float grad_scale, int t, uint32_t seed) {
+    if (table.elements == 0) return;
     const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     const int block = 256;
-    adamw_kernel<<<elementwise_blocks(n, block), block, 0, stream()>>>(param, master, grad, m, v, n, lr, beta1, beta2,
-                                                                      bc1, bc2, eps, wd, grad_scale, seed);
+    adamw_kernel<<<elementwise_blocks(table.elements, block), block, 0, stream()>>>(
+        params, master, grads, m, v, table.device, table.count, table.elements, lr, beta1, beta2, bc1, bc2, eps, wd,
+        grad_scale, seed);
     check_launch();
 }
 

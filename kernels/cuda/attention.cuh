@@ -91,6 +91,20 @@ __device__ inline void load_rows(floatX* dst, int ld, const floatX* src, size_t 
     }
 }
 
+// The (b, h) pairs ride in gridDim.y and gridDim.z together, since either alone holds at most
+// 65535 (and -b goes to 65536); blocks past B * NH in the last z row do nothing.
+inline dim3 attention_grid(int tiles, int B, int NH) {
+    const size_t heads = (size_t)B * NH, y = heads < 65535 ? heads : 65535;
+    return dim3(tiles, (unsigned)y, (unsigned)((heads + y - 1) / y));
+}
+__device__ inline bool head_of_block(int NH, int B, int* b, int* h) {
+    const size_t bh = blockIdx.y + (size_t)blockIdx.z * gridDim.y;
+    if (bh >= (size_t)B * NH) return false;
+    *b = (int)(bh / NH);
+    *h = (int)(bh % NH);
+    return true;
+}
+
 // shared memory carving, identical on host (sizes) and device (pointers)
 struct AttnSmem {
     int tile, hsp, ldx, ldt, lds, ldo;
@@ -112,16 +126,18 @@ struct AttnSmem {
     __host__ __device__ float* vec() { return take<float>(tile); }
 };
 
-// grid (query tiles, NH, B)
+// grid (query tiles, attention_grid's heads)
 __global__ void __launch_bounds__(kAttnThreads)
-    attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, int hs, int hsp,
+    attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int hs, int hsp,
                              int tile, bool vec) {
     extern __shared__ __align__(128) char smem_raw[];
     AttnSmem sm(smem_raw, tile, hsp);
     floatX *Qs = sm.rows_x(), *Ks = sm.rows_x(), *Vs = sm.rows_x(), *Ps = sm.square_x();
     float *Ss = sm.square_f(), *Os = sm.rows_o(), *ms = sm.vec(), *ls = sm.vec();
     const int qt = gridDim.x - 1 - blockIdx.x;  // the longest (last) query tiles start first
-    const int h = blockIdx.y, b = blockIdx.z, q0 = qt * tile;
+    int b, h;
+    if (!head_of_block(NH, B, &b, &h)) return;
+    const int q0 = qt * tile;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
     const size_t C3 = (size_t)3 * C;
     const floatX* base = qkv + (size_t)b * T * C3 + h * hs;
@@ -218,10 +234,10 @@ __device__ inline void load_row_stats(float* lse_s, float* delta_s, const float*
     }
 }
 
-// grid (key tiles, NH, B): dK, dV of one key tile, summed over the query tiles at or below it
+// grid (key tiles, attention_grid's heads): dK, dV of one key tile, summed over the query tiles at or below it
 __global__ void __launch_bounds__(kAttnThreads)
     attention_backward_kv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                 const float* delta, int T, int C, int NH, int hs, int hsp, int tile, bool vec) {
+                                 const float* delta, int B, int T, int C, int NH, int hs, int hsp, int tile, bool vec) {
     extern __shared__ __align__(128) char smem_raw[];
     AttnSmem sm(smem_raw, tile, hsp);
     floatX *Ks = sm.rows_x(), *Vs = sm.rows_x(), *Qs = sm.rows_x(), *dOs = sm.rows_x();
@@ -229,7 +245,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     float *Ss = sm.square_f(), *dPs = sm.square_f(), *dKs = sm.rows_o(), *dVs = sm.rows_o();
     float *lse_s = sm.vec(), *delta_s = sm.vec();
     const int kt = blockIdx.x;  // low key tiles see the most queries: blocks start in index order
-    const int h = blockIdx.y, b = blockIdx.z, k0 = kt * tile;
+    int b, h;
+    if (!head_of_block(NH, B, &b, &h)) return;
+    const int k0 = kt * tile;
     const size_t C3 = (size_t)3 * C, bh_off = ((size_t)b * NH + h) * T;
     const floatX* base = qkv + (size_t)b * T * C3 + h * hs;
     const floatX* dout_base = dout + (size_t)b * T * C + h * hs;
@@ -262,10 +280,10 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 }
 
-// grid (query tiles, NH, B): dQ of one query tile, summed over the key tiles up to the diagonal
+// grid (query tiles, attention_grid's heads): dQ of one query tile, summed over the key tiles up to the diagonal
 __global__ void __launch_bounds__(kAttnThreads)
     attention_backward_q_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                const float* delta, int T, int C, int NH, int hs, int hsp, int tile, bool vec) {
+                                const float* delta, int B, int T, int C, int NH, int hs, int hsp, int tile, bool vec) {
     extern __shared__ __align__(128) char smem_raw[];
     AttnSmem sm(smem_raw, tile, hsp);
     floatX *Qs = sm.rows_x(), *dOs = sm.rows_x(), *Ks = sm.rows_x(), *Vs = sm.rows_x();
@@ -273,7 +291,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     float *Ss = sm.square_f(), *dPs = sm.square_f(), *dQs = sm.rows_o();
     float *lse_s = sm.vec(), *delta_s = sm.vec();
     const int qt = gridDim.x - 1 - blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z, q0 = qt * tile;
+    int b, h;
+    if (!head_of_block(NH, B, &b, &h)) return;
+    const int q0 = qt * tile;
     const size_t C3 = (size_t)3 * C, bh_off = ((size_t)b * NH + h) * T;
     const floatX* base = qkv + (size_t)b * T * C3 + h * hs;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -343,9 +363,8 @@ inline int attention_tile(AttnKernel which, int hsp, size_t* bytes) {
         *bytes = attention_smem_bytes(which, tile, hsp);
         if (*bytes <= ctx().max_smem_optin) return tile;
     }
-    fprintf(stderr, "attention: head size %d needs %zu bytes of shared memory, the GPU has %zu\n", hsp, *bytes,
-            ctx().max_smem_optin);
-    exit(1);
+    fatal(1, "attention: head size %d needs %zu bytes of shared memory, the GPU has %zu", hsp, *bytes,
+          ctx().max_smem_optin);
 }
 
 template <class Kernel>
@@ -366,9 +385,8 @@ inline void attention_forward(floatX* out, float* saved, const floatX* qkv, int 
     size_t bytes;
     const int tile = attention_tile(AttnKernel::Forward, hsp, &bytes);
     attention_set_smem(attention_forward_kernel, bytes);
-    dim3 grid(ceil_div(T, tile), NH, B);
-    attention_forward_kernel<<<grid, kAttnThreads, bytes, stream()>>>(out, saved, qkv, T, C, NH, hs, hsp, tile,
-                                                                      attention_vec_ok(C, hs, {qkv}));
+    attention_forward_kernel<<<attention_grid(ceil_div(T, tile), B, NH), kAttnThreads, bytes, stream()>>>(
+        out, saved, qkv, B, T, C, NH, hs, hsp, tile, attention_vec_ok(C, hs, {qkv}));
     check_launch();
 }
 
@@ -385,13 +403,13 @@ inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* q
     size_t bytes;
     int tile = attention_tile(AttnKernel::BackwardKV, hsp, &bytes);
     attention_set_smem(attention_backward_kv_kernel, bytes);
-    attention_backward_kv_kernel<<<dim3(ceil_div(T, tile), NH, B), kAttnThreads, bytes, stream()>>>(
-        dqkv, dout, qkv, saved, delta, T, C, NH, hs, hsp, tile, vec);
+    attention_backward_kv_kernel<<<attention_grid(ceil_div(T, tile), B, NH), kAttnThreads, bytes, stream()>>>(
+        dqkv, dout, qkv, saved, delta, B, T, C, NH, hs, hsp, tile, vec);
     check_launch();
     tile = attention_tile(AttnKernel::BackwardQ, hsp, &bytes);
     attention_set_smem(attention_backward_q_kernel, bytes);
-    attention_backward_q_kernel<<<dim3(ceil_div(T, tile), NH, B), kAttnThreads, bytes, stream()>>>(
-        dqkv, dout, qkv, saved, delta, T, C, NH, hs, hsp, tile, vec);
+    attention_backward_q_kernel<<<attention_grid(ceil_div(T, tile), B, NH), kAttnThreads, bytes, stream()>>>(
+        dqkv, dout, qkv, saved, delta, B, T, C, NH, hs, hsp, tile, vec);
     check_launch();
 }
 

@@ -44,4 +44,23 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     check_launch();
 }
 
+// *acc += the mean of losses[0..N) rounded to float, as the CPU's mean_loss_add: one block
+// adds in a fixed order, so the loss stays on the device until the step reads it once
+__global__ void __launch_bounds__(1024) mean_loss_add_kernel(double* acc, const float* losses, int N) {
+    __shared__ double partial[1024];
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) sum += losses[i];
+    partial[threadIdx.x] = sum;
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        __syncthreads();
+        if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    }
+    if (threadIdx.x == 0) *acc += (float)(partial[0] / N);
+}
+
+inline void mean_loss_add(double* acc, const float* losses, int N) {
+    mean_loss_add_kernel<<<1, 1024, 0, stream()>>>(acc, losses, N);
+    check_launch();
+}
+
 }  // namespace gpu

@@ -11,12 +11,12 @@ namespace gpu {
 constexpr int kColumnSumRows = 128;
 constexpr int kColumnSumThreadsY = 8;
 
-// grid (ceil(C/32), chunks), block (32, 8). WEIGHTED: also sums dout * (inp - mean) * rstd
+// grid (chunks, ceil(C/32)), block (32, 8): chunks in x, whose limit is 2^31-1, not 65535. WEIGHTED: also sums dout * (inp - mean) * rstd
 template <bool WEIGHTED>
 __global__ void column_partials_kernel(float* partial, const floatX* dout, const floatX* inp,
                                        const float* mean, const float* rstd, int N, int C) {
     __shared__ float sb[kColumnSumThreadsY][kWarp], sw[kColumnSumThreadsY][kWarp];
-    const int c = blockIdx.x * kWarp + threadIdx.x, chunk = blockIdx.y, nchunks = gridDim.y;
+    const int c = blockIdx.y * kWarp + threadIdx.x, chunk = blockIdx.x, nchunks = gridDim.x;
     const int row_end = min(N, (chunk + 1) * kColumnSumRows);
     float db = 0.0f, dw = 0.0f;
     if (c < C) {
@@ -56,7 +56,7 @@ inline void column_sums_add(floatX* dbias, floatX* dweight, const floatX* dout, 
     if (N == 0 || C == 0) return;
     const int nchunks = ceil_div(N, kColumnSumRows);
     float* partial = (float*)scratch((size_t)2 * nchunks * C * sizeof(float));
-    dim3 grid(ceil_div(C, kWarp), nchunks), block(kWarp, kColumnSumThreadsY);
+    dim3 grid(nchunks, ceil_div(C, kWarp)), block(kWarp, kColumnSumThreadsY);
     if (dweight) column_partials_kernel<true><<<grid, block, 0, stream()>>>(partial, dout, inp, mean, rstd, N, C);
     else column_partials_kernel<false><<<grid, block, 0, stream()>>>(partial, dout, inp, mean, rstd, N, C);
     check_launch();

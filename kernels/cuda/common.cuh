@@ -150,6 +150,7 @@ struct Context {
     size_t scratch_size = 0;
     int num_sms = 0;
     size_t max_smem_optin = 0;
+    uint64_t launches = 0;  // kernels and cuBLASLt matmuls queued so far (check_launch counts them)
 };
 
 inline Context& context_raw() {
@@ -191,7 +192,36 @@ inline void* scratch(size_t bytes) {
     return c.scratch;
 }
 
-inline void check_launch() { CUDA_CHECK(cudaGetLastError()); }
+// Host -> device through two pinned buffers used in turn: src is copied into one at once (after
+// that buffer's previous upload has read it), so the caller may reuse src and the host does not
+// wait for the GPU to drain.
+inline void upload_pinned(void* dst, const void* src, size_t bytes) {
+    struct Pinned {
+        void* host = nullptr;
+        size_t size = 0;
+        cudaEvent_t read = nullptr;  // recorded after the upload from it
+    };
+    static Pinned buffers[2];
+    static int next = 0;
+    Pinned& p = buffers[next];
+    next ^= 1;
+    if (p.read == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&p.read, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventSynchronize(p.read));  // a never-recorded event counts as done
+    if (bytes > p.size) {
+        if (p.host) CUDA_CHECK(cudaFreeHost(p.host));
+        CUDA_CHECK(cudaMallocHost(&p.host, bytes));
+        p.size = bytes;
+    }
+    memcpy(p.host, src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, p.host, bytes, cudaMemcpyHostToDevice, stream()));
+    CUDA_CHECK(cudaEventRecord(p.read, stream()));
+}
+
+// after every kernel launch and cuBLASLt matmul: reports a failed launch, and counts it
+inline void check_launch() {
+    CUDA_CHECK(cudaGetLastError());
+    ctx().launches++;
+}
 
 // one launch shape for elementwise ops: enough blocks to fill the GPU, grid-stride beyond
 inline int elementwise_blocks(size_t work, int block) {

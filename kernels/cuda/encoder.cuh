@@ -87,6 +87,7 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
     // token ids are non-negative ints: bits 0..30 order them
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, pos, sorted_pos, BT,
                                                0, 31, stream()));
+    check_launch();  // one count for CUB's few kernels
     const int block = C < 256 ? (C + 31) / 32 * 32 : 256;
     encoder_backward_wte_kernel<<<dim3(BT, ceil_div(C, block)), block, 0, stream()>>>(dwte, dout, sorted_tokens,
                                                                                     sorted_pos, BT, C);

@@ -6,64 +6,95 @@
 // sums (cuBLASLt's BGRAD epilogues overwrite instead of adding, and are picky about layouts).
 // Compute is fp32 in both builds; the fp32 build gets no TF32, so it matches the CPU closely.
 #pragma once
+#include <initializer_list>
+#include <map>
+#include <tuple>
+
 #include "column_sum.cuh"
 #include "common.cuh"
 
 namespace gpu {
 
-// the largest power of two (up to 256) dividing the address: tells the heuristic which kernels
-// may be used, since zero/ hands out tensors at arbitrary element offsets
-inline uint32_t pointer_alignment(const void* p) {
-    uintptr_t a = (uintptr_t)p;
-    uint32_t align = 256;
-    while (align > 1 && (a % align) != 0) align >>= 1;
-    return align;
+// The alignment the heuristic is told depends on the shape only, never on where the operands
+// sit: 16 bytes when every leading dimension keeps rows 16-byte aligned (then, in the model,
+// every operand is: zero/ and GPT2 place tensors at multiples of C), else one element. So a
+// shape gets one algorithm at every layer and every -r, and recompute stays bit-identical.
+inline uint32_t gemm_alignment(int lda, int ldb, int ldd, std::initializer_list<const void*> ptrs) {
+    const int per16 = 16 / (int)sizeof(floatX);
+    if (lda % per16 != 0 || ldb % per16 != 0 || ldd % per16 != 0) return sizeof(floatX);
+    for (const void* p : ptrs)
+        if (p != nullptr && !aligned16(p)) return sizeof(floatX);  // only outside the model (tests)
+    return 16;
 }
 
-// column-major D (m, n) = alpha op(A) op(B) + beta D (+ bias[m] per row when bias != null)
-inline void gemm_lt(floatX* d, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
-                    bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta) {
-    Context& c = ctx();
+// A matmul's cuBLASLt descriptors and chosen algorithm, made once per shape: creating them and
+// asking the heuristic costs more than a small GEMM.
+struct GemmKey {
+    int m, n, k, lda, ldb, ldd;
+    bool trans_a, trans_b, bias;
+    uint32_t align;
+    bool operator<(const GemmKey& o) const {
+        return std::tie(m, n, k, lda, ldb, ldd, trans_a, trans_b, bias, align) <
+               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.trans_a, o.trans_b, o.bias, o.align);
+    }
+};
+struct GemmPlan {
     cublasLtMatmulDesc_t desc;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    if (bias != nullptr) {
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+};
+
+inline GemmPlan make_gemm_plan(const GemmKey& key) {
+    Context& c = ctx();
+    GemmPlan g;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opa = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    if (key.bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     }
     // stored shapes: A is (k, m) when transposed else (m, k); likewise B
-    cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, kCudaFloatX, trans_a ? k : m, trans_a ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, kCudaFloatX, trans_b ? n : k, trans_b ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, kCudaFloatX, m, n, ldd));
+    const int m = key.m, n = key.n, k = key.k;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.la, kCudaFloatX, key.trans_a ? k : m, key.trans_a ? m : k, key.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.lb, kCudaFloatX, key.trans_b ? n : k, key.trans_b ? k : n, key.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.ld, kCudaFloatX, m, n, key.ldd));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &c.lt_workspace_size, sizeof(c.lt_workspace_size)));
-    uint32_t al_a = pointer_alignment(a), al_b = pointer_alignment(b), al_d = pointer_alignment(d);
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align, sizeof(key.align)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c.lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
-    if (found == 0)
-        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d bias=%d", m, n, k, (int)trans_a,
-              (int)trans_b, bias != nullptr);
-    const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(c.lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                                c.lt_workspace, c.lt_workspace_size, c.stream));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c.lt, g.desc, g.la, g.lb, g.ld, g.ld, pref, 1, &heur, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
+    if (found == 0)
+        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d bias=%d", m, n, k, (int)key.trans_a,
+              (int)key.trans_b, (int)key.bias);
+    g.algo = heur.algo;
+    return g;
+}
+
+// column-major D (m, n) = alpha op(A) op(B) + beta D (+ bias[m] per row when bias != null)
+inline void gemm_lt(floatX* d, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
+                    bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta) {
+    // kept for the process's life, like the cuBLASLt handle they belong to
+    static std::map<GemmKey, GemmPlan> plans;
+    const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, bias != nullptr, gemm_alignment(lda, ldb, ldd, {a, b, d})};
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_gemm_plan(key)).first;
+    GemmPlan& g = it->second;
+    if (bias != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    Context& c = ctx();
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(c.lt, g.desc, &alpha, a, g.la, b, g.lb, &beta, d, g.ld, d, g.ld, &g.algo,
+                                c.lt_workspace, c.lt_workspace_size, c.stream));
+    check_launch();
 }
 
 // adds bias[j] to column j of the row-major (N, OC) matrix out
@@ -78,7 +109,7 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* w, cons
     if (N == 0 || OC == 0) return;
     // cuBLASLt's bias epilogue wants an aligned bias; in the model biases sit at multiples of C,
     // so only an odd C lands here, and then the bias goes in its own pass
-    const bool epilogue = bias != nullptr && pointer_alignment(bias) >= 16;
+    const bool epilogue = bias != nullptr && aligned16(bias);
     // column-major: out^T (OC, N) = (W stored (C, OC))^T @ (inp stored (C, N))
     gemm_lt(out, w, inp, epilogue ? bias : nullptr, OC, N, C, true, false, C, C, OC, 0.0f);
     if (bias != nullptr && !epilogue) {

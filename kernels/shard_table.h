@@ -1,0 +1,32 @@
+// The optimizer's view of a rank's shard, for one AdamW launch and one gradient-norm launch over
+// all of it: a table with one entry per tensor the rank owns a piece of. Each entry says where
+// that piece's parameters, gradients and Adam state sit (offsets from their buffers' bases, which
+// differ by ZeRO stage) and which parameters of the flat model they are. Stochastic rounding is
+// keyed by that flat index, so every stage and world size rounds each parameter alike.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+struct ShardTensor {
+    size_t start;          // first element's position among the launch's elements (running sum of n)
+    size_t n;
+    size_t param_offset;   // from the parameter buffer
+    size_t grad_offset;    // from the gradient buffer
+    size_t state_offset;   // from the Adam m, v and master buffers
+    uint64_t flat_index;   // first element's index in the model's flat parameters
+    int decay;             // 1: AdamW weight decay applies
+};
+
+// the entries in host memory and the same in backend memory (where the kernels read them)
+struct ShardTable {
+    const ShardTensor* host = nullptr;
+    const ShardTensor* device = nullptr;
+    int count = 0;
+    size_t elements = 0;  // sum of n
+};
+
+// which random number rounds element i of entry t: its place in the model, not in the shard
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline uint64_t rounding_index(const ShardTensor& t, size_t i) { return t.flat_index + i; }

@@ -1,0 +1,410 @@
+// Every op of the CPU backend (kernels/cpu/) on its own, forward and backward, against its
+// formula evaluated directly in double precision on small random inputs; every backward also
+// against central finite differences (in double) of that double forward, which checks the
+// chain rule independently of how the backward formula was derived.
+//
+// Tolerances: |fp32 - reference| <= atol + rtol |reference| per element. The references are
+// exact to ~1e-15 (finite differences to ~1e-9 absolute), so the tolerances bound only the
+// kernels' fp32 rounding: a few ulp (2^-23 = 1.2e-7) times the length of the sums involved.
+//   residual, encoder forward            rtol 2.4e-7 (one fp32 addition per element)
+//   encoder backward                     rtol 2.4e-7, atol 1e-7 (a few additions per element)
+//   GELU forward                         rtol 1e-6, atol 1e-7 (near 0 the output is a
+//                                        difference of O(|x|) terms: atol covers it)
+//   GELU backward                        rtol 1e-6, atol 2.4e-7 |dout| (1 + |x|^3): a
+//                                        difference of terms that large
+//   layernorm, matmul, attention         rtol 1e-6, atol 1e-6 (sums of <= 64 terms)
+//   classifier                           rtol 1e-6, atol 1e-6 (loss), 1e-8 (dlogits ~ dloss/V)
+//   AdamW update                         rtol 1e-6, atol 1e-9
+//   sum of squares                       rtol 1e-12 (summed in double)
+// Against finite differences the same, but 1e-6 absolute at least where the op's is smaller
+// (the encoder's). The inputs are small (dozens to hundreds of elements), so the binary runs in
+// well under a second, and a constant wrong in its 4th digit (GELU's 0.044715) fails its op.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu_backend.h"
+
+namespace {
+
+using Vec = std::vector<double>;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> x(n);
+    for (auto& v : x) v = dist(rng);
+    return x;
+}
+
+Vec widen(const std::vector<float>& x) { return Vec(x.begin(), x.end()); }
+
+double dot(const Vec& a, const Vec& b) {
+    double s = 0.0;
+    for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+    return s;
+}
+
+// every element within atol[i] + rtol |want|; names the worst one otherwise
+void expect_close(const char* what, const std::vector<float>& got, const Vec& want, double rtol, const Vec& atol) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double r = std::fabs(got[i] - want[i]) / (atol[i] + rtol * std::fabs(want[i]));
+        if (!(r <= worst)) worst = r, at = i;  // also catches NaN
+    }
+    EXPECT_LE(worst, 1.0) << what << ": element " << at << " is " << got[at] << ", expected " << want[at];
+}
+void expect_close(const char* what, const std::vector<float>& got, const Vec& want, double rtol, double atol) {
+    expect_close(what, got, want, rtol, Vec(want.size(), atol));
+}
+
+// d/dx of dot(dout, f(x)) by central differences in double
+Vec numeric_grad(const std::function<Vec(const Vec&)>& f, Vec x, const Vec& dout) {
+    Vec g(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        const double x0 = x[i], h = 1e-6 * std::max(1.0, std::fabs(x0));
+        x[i] = x0 + h;
+        const double plus = dot(dout, f(x));
+        x[i] = x0 - h;
+        const double minus = dot(dout, f(x));
+        x[i] = x0;
+        g[i] = (plus - minus) / (2 * h);
+    }
+    return g;
+}
+
+Vec plus(const Vec& a, const Vec& b) {
+    Vec s(a);
+    for (size_t i = 0; i < s.size(); i++) s[i] += b[i];
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+
+TEST(Ops, ResidualForward) {
+    auto a = random_floats(100, 1), b = random_floats(100, 2);
+    std::vector<float> out(100);
+    cpu::residual_forward(out.data(), a.data(), b.data(), out.size());
+    expect_close("a + b", out, plus(widen(a), widen(b)), 2.4e-7, 0.0);
+}
+
+TEST(Ops, Encoder) {
+    const int B = 2, T = 5, C = 6, V = 7;
+    std::vector<int> tokens = {3, 1, 3, 6, 0, 3, 3, 2, 6, 1};  // repeats: rows that collect several gradients
+    auto wte = random_floats((size_t)V * C, 3), wpe = random_floats((size_t)T * C, 4);
+    std::vector<float> out((size_t)B * T * C);
+    cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    auto reference = [&](const Vec& te, const Vec& pe) {
+        Vec o((size_t)B * T * C);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++) o[((size_t)b * T + t) * C + c] = te[(size_t)tokens[b * T + t] * C + c] + pe[(size_t)t * C + c];
+        return o;
+    };
+    const Vec te = widen(wte), pe = widen(wpe);
+    expect_close("encoder forward", out, reference(te, pe), 2.4e-7, 0.0);
+
+    auto dout = random_floats(out.size(), 5);
+    auto dwte = random_floats(wte.size(), 6), dwpe = random_floats(wpe.size(), 7);  // accumulated into
+    const Vec dwte0 = widen(dwte), dwpe0 = widen(dwpe), d = widen(dout);
+    cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    Vec want_te = dwte0, want_pe = dwpe0;
+    for (int bt = 0; bt < B * T; bt++)
+        for (int c = 0; c < C; c++) {
+            want_te[(size_t)tokens[bt] * C + c] += d[(size_t)bt * C + c];
+            want_pe[(size_t)(bt % T) * C + c] += d[(size_t)bt * C + c];
+        }
+    expect_close("encoder dwte", dwte, want_te, 2.4e-7, 1e-7);
+    expect_close("encoder dwpe", dwpe, want_pe, 2.4e-7, 1e-7);
+    expect_close("encoder dwte vs finite differences", dwte,
+                 plus(dwte0, numeric_grad([&](const Vec& x) { return reference(x, pe); }, te, d)), 1e-6, 1e-6);
+    expect_close("encoder dwpe vs finite differences", dwpe,
+                 plus(dwpe0, numeric_grad([&](const Vec& x) { return reference(te, x); }, pe, d)), 1e-6, 1e-6);
+}
+
+// GELU's tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+TEST(Ops, Gelu) {
+    auto x = random_floats(400, 8, -5.0f, 5.0f);
+    std::vector<float> out(x.size());
+    cpu::gelu_forward(out.data(), x.data(), x.size());
+    auto reference = [](const Vec& in) {
+        Vec o(in.size());
+        for (size_t i = 0; i < in.size(); i++) o[i] = gelu(in[i]);
+        return o;
+    };
+    const Vec xd = widen(x);
+    expect_close("gelu forward", out, reference(xd), 1e-6, 1e-7);
+
+    auto dinout = random_floats(x.size(), 9);
+    const Vec dout = widen(dinout);
+    cpu::gelu_backward(dinout.data(), x.data(), x.size());
+    Vec want(x.size());
+    const double s = std::sqrt(2.0 / M_PI);
+    for (size_t i = 0; i < x.size(); i++) {
+        const double v = xd[i], th = std::tanh(s * (v + 0.044715 * v * v * v));
+        want[i] = dout[i] * (0.5 * (1 + th) + 0.5 * v * (1 - th * th) * s * (1 + 3 * 0.044715 * v * v));
+    }
+    // the derivative is a difference of terms up to ~|x|^3 |dout| large (0.5 x sech^2 du)
+    Vec atol(x.size());
+    for (size_t i = 0; i < x.size(); i++) atol[i] = 2.4e-7 * std::fabs(dout[i]) * (1.0 + std::pow(std::fabs(xd[i]), 3));
+    expect_close("gelu backward", dinout, want, 1e-6, atol);
+    expect_close("gelu backward vs finite differences", dinout, numeric_grad(reference, xd, dout), 1e-6, atol);
+}
+
+TEST(Ops, Layernorm) {
+    const int N = 6, C = 32;
+    auto inp = random_floats((size_t)N * C, 10, -2.0f, 3.0f), w = random_floats(C, 11, 0.5f, 1.5f), b = random_floats(C, 12);
+    std::vector<float> out(inp.size()), mean(N), rstd(N);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    // y = (x - mean) / sqrt(var + 1e-5) w + b, var the biased variance of the row
+    auto stats = [&](const Vec& x, Vec* m, Vec* s) {
+        for (int i = 0; i < N; i++) {
+            double sum = 0, sq = 0;
+            for (int c = 0; c < C; c++) sum += x[(size_t)i * C + c];
+            (*m)[i] = sum / C;
+            for (int c = 0; c < C; c++) sq += (x[(size_t)i * C + c] - (*m)[i]) * (x[(size_t)i * C + c] - (*m)[i]);
+            (*s)[i] = 1.0 / std::sqrt(sq / C + 1e-5);
+        }
+    };
+    auto reference = [&](const Vec& x, const Vec& wd, const Vec& bd) {
+        Vec m(N), s(N), y(x.size());
+        stats(x, &m, &s);
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) y[(size_t)i * C + c] = (x[(size_t)i * C + c] - m[i]) * s[i] * wd[c] + bd[c];
+        return y;
+    };
+    const Vec x = widen(inp), wd = widen(w), bd = widen(b);
+    Vec m(N), s(N);
+    stats(x, &m, &s);
+    expect_close("layernorm forward", out, reference(x, wd, bd), 1e-6, 1e-6);
+    expect_close("layernorm mean", mean, m, 1e-6, 1e-6);
+    expect_close("layernorm rstd", rstd, s, 1e-6, 0.0);
+
+    auto dout = random_floats(out.size(), 13);
+    auto dinp = random_floats(inp.size(), 14), dw = random_floats(C, 15), db = random_floats(C, 16);  // accumulated into
+    const Vec d = widen(dout), dinp0 = widen(dinp), dw0 = widen(dw), db0 = widen(db);
+    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+    // dx = rstd (dn - mean(dn) - norm mean(dn norm)) with dn = dy w; dw = sum dy norm; db = sum dy
+    Vec want_x = dinp0, want_w = dw0, want_b = db0;
+    for (int i = 0; i < N; i++) {
+        double dn_mean = 0, dn_norm_mean = 0;
+        for (int c = 0; c < C; c++) {
+            const size_t k = (size_t)i * C + c;
+            const double norm = (x[k] - m[i]) * s[i];
+            dn_mean += d[k] * wd[c] / C;
+            dn_norm_mean += d[k] * wd[c] * norm / C;
+            want_w[c] += d[k] * norm;
+            want_b[c] += d[k];
+        }
+        for (int c = 0; c < C; c++) {
+            const size_t k = (size_t)i * C + c;
+            want_x[k] += s[i] * (d[k] * wd[c] - dn_mean - (x[k] - m[i]) * s[i] * dn_norm_mean);
+        }
+    }
+    expect_close("layernorm dinp", dinp, want_x, 1e-6, 1e-6);
+    expect_close("layernorm dweight", dw, want_w, 1e-6, 1e-6);
+    expect_close("layernorm dbias", db, want_b, 1e-6, 1e-6);
+    expect_close("layernorm dinp vs finite differences", dinp,
+                 plus(dinp0, numeric_grad([&](const Vec& v) { return reference(v, wd, bd); }, x, d)), 1e-6, 1e-6);
+    expect_close("layernorm dweight vs finite differences", dw,
+                 plus(dw0, numeric_grad([&](const Vec& v) { return reference(x, v, bd); }, wd, d)), 1e-6, 1e-6);
+    expect_close("layernorm dbias vs finite differences", db,
+                 plus(db0, numeric_grad([&](const Vec& v) { return reference(x, wd, v); }, bd, d)), 1e-6, 1e-6);
+}
+
+TEST(Ops, Matmul) {
+    const int N = 7, C = 5, OC = 6;
+    auto inp = random_floats((size_t)N * C, 17), w = random_floats((size_t)OC * C, 18), bias = random_floats(OC, 19);
+    // out[n,o] = sum_c inp[n,c] w[o,c] + bias[o]
+    auto reference = [&](const Vec& x, const Vec& wd, const Vec* bd) {
+        Vec o((size_t)N * OC);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < OC; j++) {
+                double sum = bd ? (*bd)[j] : 0.0;
+                for (int c = 0; c < C; c++) sum += x[(size_t)n * C + c] * wd[(size_t)j * C + c];
+                o[(size_t)n * OC + j] = sum;
+            }
+        return o;
+    };
+    const Vec x = widen(inp), wd = widen(w), bd = widen(bias);
+    std::vector<float> out((size_t)N * OC);
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    expect_close("matmul forward", out, reference(x, wd, &bd), 1e-6, 1e-6);
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    expect_close("matmul forward without bias", out, reference(x, wd, nullptr), 1e-6, 1e-6);
+
+    auto dout = random_floats(out.size(), 20);
+    std::vector<float> dinp = random_floats(inp.size(), 21);  // overwritten
+    auto dw = random_floats(w.size(), 22), db = random_floats(OC, 23);  // accumulated into
+    const Vec d = widen(dout), dw0 = widen(dw), db0 = widen(db);
+    cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    Vec want_x((size_t)N * C, 0.0), want_w = dw0, want_b = db0;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < OC; j++) {
+            const double g = d[(size_t)n * OC + j];
+            want_b[j] += g;
+            for (int c = 0; c < C; c++) {
+                want_x[(size_t)n * C + c] += g * wd[(size_t)j * C + c];
+                want_w[(size_t)j * C + c] += g * x[(size_t)n * C + c];
+            }
+        }
+    expect_close("matmul dinp", dinp, want_x, 1e-6, 1e-6);
+    expect_close("matmul dweight", dw, want_w, 1e-6, 1e-6);
+    expect_close("matmul dbias", db, want_b, 1e-6, 1e-6);
+    expect_close("matmul dinp vs finite differences", dinp, numeric_grad([&](const Vec& v) { return reference(v, wd, &bd); }, x, d), 1e-6, 1e-6);
+    expect_close("matmul dweight vs finite differences", dw,
+                 plus(dw0, numeric_grad([&](const Vec& v) { return reference(x, v, &bd); }, wd, d)), 1e-6, 1e-6);
+    expect_close("matmul dbias vs finite differences", db,
+                 plus(db0, numeric_grad([&](const Vec& v) { return reference(x, wd, &v); }, bd, d)), 1e-6, 1e-6);
+}
+
+TEST(Ops, Attention) {
+    const int B = 2, T = 5, C = 8, NH = 2, hs = C / NH;
+    auto qkv = random_floats((size_t)B * T * 3 * C, 24, -2.0f, 2.0f);
+    // out[b,t,h] = sum_{t2 <= t} p[t2] v[b,t2,h], p = softmax over t2 of q[b,t,h].k[b,t2,h] / sqrt(hs)
+    auto at = [&](int b, int t, int part, int h) { return ((size_t)b * T + t) * 3 * C + part * C + h * hs; };
+    auto probabilities = [&](const Vec& in, int b, int h, int t) {
+        Vec p(t + 1);
+        double mx = -INFINITY, sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            double s = 0;
+            for (int i = 0; i < hs; i++) s += in[at(b, t, 0, h) + i] * in[at(b, t2, 1, h) + i];
+            p[t2] = s / std::sqrt((double)hs);
+            mx = std::max(mx, p[t2]);
+        }
+        for (auto& v : p) sum += (v = std::exp(v - mx));
+        for (auto& v : p) v /= sum;
+        return p;
+    };
+    auto reference = [&](const Vec& in) {
+        Vec o((size_t)B * T * C, 0.0);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < T; t++) {
+                    Vec p = probabilities(in, b, h, t);
+                    for (int t2 = 0; t2 <= t; t2++)
+                        for (int i = 0; i < hs; i++) o[((size_t)b * T + t) * C + h * hs + i] += p[t2] * in[at(b, t2, 2, h) + i];
+                }
+        return o;
+    };
+    const Vec x = widen(qkv);
+    std::vector<float> out((size_t)B * T * C), att(cpu::attention_saved_floats(B, T, NH));
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    expect_close("attention forward", out, reference(x), 1e-6, 1e-6);
+    std::vector<float> att_causal;  // only the entries t2 <= t are defined
+    Vec want_att;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                Vec p = probabilities(x, b, h, t);
+                for (int t2 = 0; t2 <= t; t2++) {
+                    att_causal.push_back(att[(((size_t)b * NH + h) * T + t) * T + t2]);
+                    want_att.push_back(p[t2]);
+                }
+            }
+    expect_close("attention probabilities", att_causal, want_att, 1e-6, 1e-7);
+
+    auto dout = random_floats(out.size(), 25);
+    std::vector<float> dqkv = random_floats(qkv.size(), 26);  // overwritten
+    const Vec d = widen(dout);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    // dv[t2] += p dout[t]; dp = dout[t].v[t2]; ds = p (dp - sum p dp); dq += ds k[t2] / sqrt(hs), dk[t2] += ds q / sqrt(hs)
+    Vec want(x.size(), 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                Vec p = probabilities(x, b, h, t), dp(t + 1, 0.0);
+                const double* g = d.data() + ((size_t)b * T + t) * C + h * hs;
+                double pdp = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    for (int i = 0; i < hs; i++) {
+                        dp[t2] += g[i] * x[at(b, t2, 2, h) + i];
+                        want[at(b, t2, 2, h) + i] += p[t2] * g[i];
+                    }
+                    pdp += p[t2] * dp[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const double ds = p[t2] * (dp[t2] - pdp) / std::sqrt((double)hs);
+                    for (int i = 0; i < hs; i++) {
+                        want[at(b, t, 0, h) + i] += ds * x[at(b, t2, 1, h) + i];
+                        want[at(b, t2, 1, h) + i] += ds * x[at(b, t, 0, h) + i];
+                    }
+                }
+            }
+    expect_close("attention dqkv", dqkv, want, 1e-6, 1e-6);
+    expect_close("attention dqkv vs finite differences", dqkv, numeric_grad(reference, x, d), 1e-6, 1e-6);
+}
+
+TEST(Ops, FusedClassifier) {
+    const int N = 5, V = 11, Vp = 16;
+    auto logits = random_floats((size_t)N * Vp, 27, -4.0f, 4.0f);  // padded columns hold values too
+    const std::vector<int> targets = {0, 10, 3, 3, 7};
+    // loss_i = log sum_{j < V} exp(logit_ij) - logit_i,target_i; columns V..Vp-1 take no part
+    auto reference = [&](const Vec& l) {
+        Vec loss(N);
+        for (int i = 0; i < N; i++) {
+            double sum = 0;
+            for (int j = 0; j < V; j++) sum += std::exp(l[(size_t)i * Vp + j]);
+            loss[i] = std::log(sum) - l[(size_t)i * Vp + targets[i]];
+        }
+        return loss;
+    };
+    const Vec x = widen(logits);
+    std::vector<float> losses(N), kept = logits;
+    cpu::fused_classifier(kept.data(), losses.data(), targets.data(), 0.0f, N, V, Vp);
+    expect_close("classifier loss (inference)", losses, reference(x), 1e-6, 1e-6);
+    EXPECT_EQ(kept, logits) << "without a gradient the logits are left as they are";
+
+    const float dloss = 1.0f / 7;
+    std::vector<float> dlogits = logits;
+    cpu::fused_classifier(dlogits.data(), losses.data(), targets.data(), dloss, N, V, Vp);
+    expect_close("classifier loss", losses, reference(x), 1e-6, 1e-6);
+    // dlogit_ij = dloss (softmax_ij - [j == target_i]) for j < V, 0 in the padding
+    Vec want(x.size(), 0.0);
+    for (int i = 0; i < N; i++) {
+        double sum = 0;
+        for (int j = 0; j < V; j++) sum += std::exp(x[(size_t)i * Vp + j]);
+        for (int j = 0; j < V; j++) want[(size_t)i * Vp + j] = dloss * (std::exp(x[(size_t)i * Vp + j]) / sum - (j == targets[i]));
+    }
+    expect_close("classifier dlogits", dlogits, want, 1e-6, 1e-8);
+    expect_close("classifier dlogits vs finite differences", dlogits, numeric_grad(reference, x, Vec(N, dloss)), 1e-6, 1e-8);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) EXPECT_EQ(dlogits[(size_t)i * Vp + j], 0.0f) << "padded column " << j << " of row " << i;
+}
+
+TEST(Ops, AdamW) {
+    const size_t n = 50;
+    auto param = random_floats(n, 28), grad = random_floats(n, 29), m = random_floats(n, 30, -0.1f, 0.1f),
+         v = random_floats(n, 31, 0.0f, 0.01f);
+    const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-6f, wd = 0.1f, scale = 0.5f;
+    const int t = 3;
+    Vec want_p(n), want_m(n), want_v(n);
+    // g = scale grad; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
+    for (size_t i = 0; i < n; i++) {
+        const double g = (double)scale * grad[i];
+        want_m[i] = (double)beta1 * m[i] + (1.0 - beta1) * g;
+        want_v[i] = (double)beta2 * v[i] + (1.0 - beta2) * g * g;
+        const double mhat = want_m[i] / (1.0 - std::pow((double)beta1, t)), vhat = want_v[i] / (1.0 - std::pow((double)beta2, t));
+        want_p[i] = param[i] - (double)lr * (mhat / (std::sqrt(vhat) + eps) + (double)wd * param[i]);
+    }
+    cpu::adamw_update(param.data(), grad.data(), m.data(), v.data(), n, lr, beta1, beta2, eps, wd, scale, t);
+    expect_close("adamw m", m, want_m, 1e-6, 1e-9);
+    expect_close("adamw v", v, want_v, 1e-6, 1e-9);
+    expect_close("adamw parameters", param, want_p, 1e-6, 1e-9);
+}
+
+TEST(Ops, SumSquares) {
+    auto x = random_floats(1001, 32);
+    double want = 0;
+    for (float v : x) want += (double)v * v;
+    EXPECT_NEAR(cpu::sum_squares(x.data(), x.size()), want, 1e-12 * want);
+}
+
+}  // namespace
