@@ -183,16 +183,16 @@ TEST(Flags, HelpListsTheDocumentedFlags) {
 }
 
 // The flags of llm.c's scripts/run_gpt2_124M.sh .. run_gpt2_1558M.sh and run_gpt3_125M.sh, as
-// they are written there (-h, HellaSwag, aside), land with llm.c's meaning.
+// they are written there, land with llm.c's meaning.
 TEST(Flags, LlmcRunScriptsAreAccepted) {
     const std::vector<std::string> common = {"-i", "dev/data/fineweb10B/fineweb_train_*.bin", "-j", "dev/data/fineweb10B/fineweb_val_*.bin",
-                                             "-o", "log_gpt2_124M", "-v", "250", "-s", "20000", "-g", "144", "-b", "64", "-t", "1024",
+                                             "-o", "log_gpt2_124M", "-v", "250", "-s", "20000", "-g", "144", "-h", "1", "-b", "64", "-t", "1024",
                                              "-d", "524288", "-r", "0", "-z", "1", "-c", "0.1", "-l", "0.0006", "-q", "0.0", "-u", "700",
                                              "-n", "5000", "-y", "1", "-e", "d12"};
     TrainConfig c = parse(common);
-    EXPECT_EQ(std::vector<long>({c.val_every, c.sample_every, c.gen_len, c.B, c.T, c.total_batch, c.recompute, c.zero_stage,
-                                 c.warmup, c.checkpoint_every, c.resume}),
-              std::vector<long>({250, 20000, 144, 64, 1024, 524288, 0, 1, 700, 5000, 1}));
+    EXPECT_EQ(std::vector<long>({c.val_every, c.sample_every, c.gen_len, c.hellaswag, c.B, c.T, c.total_batch, c.recompute,
+                                 c.zero_stage, c.warmup, c.checkpoint_every, c.resume}),
+              std::vector<long>({250, 20000, 144, 1, 64, 1024, 524288, 0, 1, 700, 5000, 1}));
     EXPECT_EQ(std::vector<float>({c.weight_decay, c.lr, c.final_lr_frac}), std::vector<float>({0.1f, 0.0006f, 0.0f}));
     std::vector<std::string> more = common;  // 350M: rank flags; 1558M: -k, -ge; GPT-3: -nk -nm -sl -sg, gpt3:c768
     for (const char* f : {"-x", "60000", "-pn", "8", "-pr", "0", "-k", "cosine", "-ge", "1", "-nk", "5", "-nm", "2000", "-sl", "5.0",
