@@ -26,6 +26,9 @@
 #include "data/io.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu_backend.h"
+#include "train/outlier_detector.h"
+#include "train/progress.h"
+#include "train/run_dir.h"
 #include "zero/comm.h"
 #include "zero/zero.h"
 #ifdef __CUDACC__
@@ -99,21 +102,40 @@ struct ParamLayout {
     }
 };
 
-// "d12" etc. are GPT-2's sizes; "L=2,NH=4,C=64[,V=...,maxT=...]" spells out a small one.
-// Returns false when desc is neither (then it is a checkpoint path).
-inline bool config_from_descriptor(const std::string& desc, GPT2Config* c) {
-    struct Named { const char* name; int L, NH, C; };
-    static const Named named[] = {{"d6", 6, 6, 384}, {"d12", 12, 12, 768}, {"d24", 24, 16, 1024},
-                                  {"d36", 36, 20, 1280}, {"d48", 48, 25, 1600}};
-    for (const auto& n : named) {
-        if (desc == n.name) {
-            *c = GPT2Config{};
-            c->num_layers = n.L;
-            c->num_heads = n.NH;
-            c->channels = n.C;
+// Model shapes by name, as llm.c derives them: "dX" or "gpt2:dX" is GPT-2 of depth X (d12 124M,
+// d24 350M, d36 774M, d48 1558M, and llm.c's unofficial d6, d60, d72, d84); "gpt3:cX" is GPT-3 of
+// X channels (c768 125M ... c12288 175B; dense attention, context 2048). Both with GPT-2's
+// vocabulary. "L=2,NH=4,C=64[,V=...,maxT=...]" spells out a small one. Returns false when desc
+// is none of these (then it is a checkpoint path).
+inline bool named_config(const std::string& desc, GPT2Config* c) {
+    struct Gpt2 { int L, NH, C; };
+    static const Gpt2 gpt2[] = {{6, 6, 384}, {12, 12, 768}, {24, 16, 1024}, {36, 20, 1280}, {48, 25, 1600},
+                                {60, 30, 1920}, {72, 30, 2880}, {84, 36, 3456}};
+    struct Gpt3 { int C, L, head_size; };
+    static const Gpt3 gpt3[] = {{384, 6, 64}, {768, 12, 64}, {1024, 24, 64}, {1536, 24, 96}, {2048, 24, 128},
+                                {2560, 32, 80}, {4096, 32, 128}, {5140, 40, 128}, {12288, 96, 128}};
+    const bool is_gpt3 = desc.rfind("gpt3:c", 0) == 0;
+    const size_t prefix = desc.rfind("gpt2:d", 0) == 0 || is_gpt3 ? 6 : desc.size() > 1 && desc[0] == 'd' ? 1 : 0;
+    if (prefix == 0 || desc.find_first_not_of("0123456789", prefix) != std::string::npos) return false;
+    const int x = atoi(desc.c_str() + prefix);
+    *c = GPT2Config{};
+    for (const auto& g : gpt2)
+        if (!is_gpt3 && g.L == x) {
+            c->num_layers = g.L, c->num_heads = g.NH, c->channels = g.C;
             return true;
         }
-    }
+    for (const auto& g : gpt3)
+        if (is_gpt3 && g.C == x) {
+            if (g.C % g.head_size != 0) fatal(2, "model descriptor '%s': %d channels are not a whole number of heads of %d", desc.c_str(), g.C, g.head_size);
+            c->num_layers = g.L, c->num_heads = g.C / g.head_size, c->channels = g.C, c->max_seq_len = 2048;
+            return true;
+        }
+    fatal(2, is_gpt3 ? "model descriptor '%s': no GPT-3 with that channel count (expected 384, 768, 1024, 1536, 2048, 2560, 4096, 5140 or 12288)"
+                     : "model descriptor '%s': no GPT-2 of that depth (expected 6, 12, 24, 36, 48, 60, 72 or 84)", desc.c_str());
+}
+
+inline bool config_from_descriptor(const std::string& desc, GPT2Config* c) {
+    if (named_config(desc, c)) return true;
     if (desc.find('=') == std::string::npos) return false;
     *c = GPT2Config{};
     size_t pos = 0;
@@ -218,28 +240,37 @@ inline void write_checkpoint(const std::string& path, const GPT2Config& c, const
     f.commit();
 }
 
-// Optimizer state beside each checkpoint, for -y: int32 header[256]: magic 20240527, version 2
-// (llm.c's version 1 keeps one file per rank; this one is unsharded, so a run may resume with
-// another ZeRO stage or world size), completed steps, 1 if master weights follow, then as two
-// uint64: the parameter count and the sampling generator's state. Then fp32 m, v and, if
-// present, the master weights, each in the checkpoint's parameter order.
+// State beside each checkpoint, for -y: what a run needs besides the parameters to continue bit
+// for bit. int32 header[256]: magic 20240527, version 3 (llm.c's version 1 keeps one file per
+// rank; this one is unsharded, so a run may resume with another ZeRO stage or world size),
+// completed steps, 1 if master weights follow, then as uint64 from int 4 on: the parameter
+// count, the sampling generator's state, and the training loader's position (windows read by
+// all ranks), window size, windows per epoch and shuffle seed; int 16: 1 if shuffled. Then fp32
+// m, v and, if present, the master weights, each in the checkpoint's parameter order; if
+// shuffled, the current epoch's window order (uint32 per window); then the loss and
+// gradient-norm outlier detectors (OutlierDetector::State each).
 constexpr int kStateMagic = 20240527;
-constexpr int kStateVersion = 2;
+constexpr int kStateVersion = 3;
 
 struct OptimizerState {
     int step = 0;
     uint64_t sample_rng = 0;
-    std::vector<float> m, v, master;  // master empty when the backend keeps none
+    std::vector<float> m, v, master;  // master empty when the run keeps none
+    LoaderState loader;
+    OutlierDetector::State loss_z{}, grad_z{};
 };
 
 inline void write_state(const std::string& path, const OptimizerState& s) {
     int32_t h[256] = {kStateMagic, kStateVersion, s.step, s.master.empty() ? 0 : 1};
-    const uint64_t count = s.m.size();
-    memcpy(h + 4, &count, 8);
-    memcpy(h + 6, &s.sample_rng, 8);
+    const uint64_t u64[] = {s.m.size(), s.sample_rng, s.loader.position, s.loader.window, s.loader.windows, s.loader.seed};
+    memcpy(h + 4, u64, sizeof(u64));
+    h[16] = s.loader.shuffled;
     AtomicFile f(path);
     f.write(h, sizeof(h));
     for (const auto* x : {&s.m, &s.v, &s.master}) f.write(x->data(), x->size() * sizeof(float));
+    f.write(s.loader.order.data(), s.loader.order.size() * sizeof(uint32_t));
+    f.write(&s.loss_z, sizeof(s.loss_z));
+    f.write(&s.grad_z, sizeof(s.grad_z));
     f.commit();
 }
 
@@ -250,14 +281,17 @@ inline OptimizerState read_state(const std::string& path, size_t num_params, boo
     if (h[0] != kStateMagic) fatal(1, "%s: bad magic %d in optimizer state (expected %d)", path.c_str(), h[0], kStateMagic);
     if (h[1] != kStateVersion) fatal(1, "%s: unsupported optimizer state version %d (expected %d)", path.c_str(), h[1], kStateVersion);
     OptimizerState s;
-    uint64_t count;
-    memcpy(&count, h + 4, 8);
-    memcpy(&s.sample_rng, h + 6, 8);
+    uint64_t u64[6];
+    memcpy(u64, h + 4, sizeof(u64));
+    const uint64_t count = u64[0];
     s.step = h[2];
+    s.sample_rng = u64[1];
+    s.loader.position = u64[2], s.loader.window = u64[3], s.loader.windows = u64[4], s.loader.seed = u64[5];
+    s.loader.shuffled = h[16];
     if (count != num_params) fatal(1, "%s: state for %llu parameters, the model has %zu", path.c_str(), (unsigned long long)count, num_params);
-    const size_t arrays = h[3] ? 3 : 2;
-    if (file_size(f) != sizeof(h) + arrays * count * sizeof(float))
-        fatal(1, "%s: optimizer state is %zu bytes, expected %zu", path.c_str(), file_size(f), sizeof(h) + arrays * count * sizeof(float));
+    const size_t arrays = h[3] ? 3 : 2, order = s.loader.shuffled ? s.loader.windows : 0;
+    const size_t expected = sizeof(h) + arrays * count * sizeof(float) + order * sizeof(uint32_t) + 2 * sizeof(OutlierDetector::State);
+    if (file_size(f) != expected) fatal(1, "%s: optimizer state is %zu bytes, expected %zu", path.c_str(), file_size(f), expected);
     for (auto* x : {&s.m, &s.v}) {
         x->resize(count);
         read_exact(x->data(), count * sizeof(float), f, path, "optimizer state");
@@ -265,31 +299,15 @@ inline OptimizerState read_state(const std::string& path, size_t num_params, boo
     if (h[3] && want_master) {
         s.master.resize(count);
         read_exact(s.master.data(), count * sizeof(float), f, path, "master weights");
+    } else if (h[3]) {
+        fseek(f, (long)(count * sizeof(float)), SEEK_CUR);
     }
+    s.loader.order.resize(order);
+    read_exact(s.loader.order.data(), order * sizeof(uint32_t), f, path, "the window order");
+    read_exact(&s.loss_z, sizeof(s.loss_z), f, path, "the outlier detectors");
+    read_exact(&s.grad_z, sizeof(s.grad_z), f, path, "the outlier detectors");
     fclose(f);
     return s;
-}
-
-// the highest N with both model_N.bin and state_N.bin in dir, 0 if none
-inline int latest_checkpoint(const std::string& dir) {
-    glob_t g;
-    int best = 0;
-    if (glob((dir + "/state_*.bin").c_str(), 0, nullptr, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            int n = atoi(strrchr(g.gl_pathv[i], '_') + 1);
-            char model[64];
-            snprintf(model, sizeof(model), "/model_%08d.bin", n);
-            if (n > best && access((dir + model).c_str(), F_OK) == 0) best = n;
-        }
-        globfree(&g);
-    }
-    return best;
-}
-
-inline std::string checkpoint_path(const std::string& dir, const char* kind, int step) {
-    char name[64];
-    snprintf(name, sizeof(name), "/%s_%08d.bin", kind, step);
-    return dir + name;
 }
 
 // ----------------------------------------------------------------------------
@@ -477,7 +495,7 @@ struct TrainConfig {
     int B = 4;
     int T = 0;                  // 0: 1024 on cuda, 64 on cpu
     long total_batch = 0;       // tokens per step; 0: B*T*ranks
-    int max_steps = 0;          // 0: one epoch of the training data
+    int max_steps = 0;          // 0 (or -1, llm.c's): one epoch of the training data
     float lr = 3e-4f;
     int warmup = 0;
     float final_lr_frac = 1.0f;
@@ -485,7 +503,7 @@ struct TrainConfig {
     float wsd_decay_frac = 0.2f;
     float weight_decay = 0.0f;
     int val_every = 20;
-    int val_steps = 20;
+    int val_steps = 20;         // 0 or -1: the whole validation split
     int sample_every = 20;
     int hellaswag = 0;
     std::string hellaswag_file = "data/hellaswag/hellaswag_val.bin";
@@ -493,13 +511,27 @@ struct TrainConfig {
     int gen_len = 64;
     int overfit = 0;
     int checkpoint_every = 0;
+    int checkpoints_keep = 0;   // 0: keep all
+    int major_every = 0;        // checkpoints at multiples of this are never deleted (0: none are major)
     int resume = 0;
+    float skip_loss_z = 0.0f, skip_grad_z = 0.0f;  // 0: off
+    int shuffle = 1;
     int zero_stage = 0;
-    int recompute = 0;
+    int recompute = 1;
+    int master_weights = 1;
+    int tf32 = 1;
+    int gelu_fusion = 0;
+    // multi-node flags of llm.c; ranks here always come from mpirun (llm.c's -pi mpi)
+    int num_processes = 0;      // 0: as mpirun says
+    int process_rank = -1;      // -1: as mpirun says
+    int gpus_per_node = 8;
+    std::string init_method = "mpi";
+    std::string server_ip, fs_path;
     long seed = 1337;
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_clip = 1.0f;
     std::string device = "auto";
     int quiet = 0;
+    std::vector<std::string> given;  // the flags on the command line, as typed
 };
 
 struct Flag {
@@ -515,21 +547,23 @@ struct Flag {
 static const Flag kFlags[] = {
     {"-i", "--train", 's', FIELD(train_data), 0, 0, "training token shards (glob pattern)"},
     {"-j", "--val", 's', FIELD(val_data), 0, 0, "validation token shards (glob pattern)"},
-    {"-e", "--init", 's', FIELD(init), 0, 0, "checkpoint file, d6|d12|d24|d36|d48, or L=,NH=,C=[,V=,maxT=]"},
+    {"-e", "--init", 's', FIELD(init), 0, 0, "checkpoint file, dX|gpt2:dX (d12 d24 d36 d48), gpt3:cX, or L=,NH=,C=[,V=,maxT=]"},
     {"-o", "--output", 's', FIELD(output_dir), 0, 0, "output directory for log and checkpoints ('' for none)"},
     {"", "--tokenizer", 's', FIELD(tokenizer), 0, 0, "tokenizer file for samples"},
     {"-b", "--batch", 'i', FIELD(B), 1, 65536, "micro-batch size B (sequences per rank)"},
     {"-t", "--seq-len", 'i', FIELD(T), 0, 1 << 20, "sequence length T (0: 1024 on cuda, 64 on cpu)"},
     {"-d", "--total-batch", 'l', FIELD(total_batch), 0, 1e12, "tokens per step (0: B*T*ranks); sets accumulation"},
-    {"-x", "--max-steps", 'i', FIELD(max_steps), 0, 1e9, "training steps (0: one epoch)"},
+    {"-x", "--max-steps", 'i', FIELD(max_steps), -1, 1e9, "training steps (0 or -1: one epoch)"},
     {"-l", "--lr", 'f', FIELD(lr), 0, 10, "peak learning rate"},
     {"-u", "--warmup", 'i', FIELD(warmup), 0, 1e9, "warmup steps"},
     {"-q", "--final-lr-frac", 'f', FIELD(final_lr_frac), 0, 1, "final learning rate as a fraction of the peak"},
     {"-k", "--schedule", 's', FIELD(schedule), 0, 0, "cosine | linear | constant | wsd"},
     {"", "--wsd-decay-frac", 'f', FIELD(wsd_decay_frac), 0, 1, "wsd: fraction of steps spent decaying"},
     {"-c", "--weight-decay", 'f', FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D weights only)"},
+    {"-sl", "--skip-loss-z", 'f', FIELD(skip_loss_z), 0, 1e9, "skip the update when the loss z-score (128 steps) exceeds this (0: off)"},
+    {"-sg", "--skip-grad-z", 'f', FIELD(skip_grad_z), 0, 1e9, "skip the update when the grad-norm z-score exceeds this (0: off)"},
     {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
-    {"-m", "--val-steps", 'i', FIELD(val_steps), 1, 1e9, "validation batches per evaluation"},
+    {"-m", "--val-steps", 'i', FIELD(val_steps), -1, 1e9, "validation batches per evaluation (0 or -1: the whole split)"},
     {"-h", "--hellaswag", 'i', FIELD(hellaswag), 0, 1, "1: HellaSwag accuracy every -v steps and at the end"},
     {"", "--hellaswag-file", 's', FIELD(hellaswag_file), 0, 0, "HellaSwag eval file (data/hellaswag.py writes it)"},
     {"", "--hellaswag-dump", 's', FIELD(hellaswag_dump), 0, 0, "file for each HellaSwag ending's mean loss ('': none)"},
@@ -537,10 +571,22 @@ static const Flag kFlags[] = {
     {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
     {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
     {"-n", "--checkpoint-every", 'i', FIELD(checkpoint_every), 0, 1e9, "checkpoint every N steps (0: only at the end)"},
-    {"-y", "--resume", 'i', FIELD(resume), 0, 1, "1: continue from the latest checkpoint in the output directory"},
+    {"-nk", "--checkpoints-keep", 'i', FIELD(checkpoints_keep), 0, 1e9, "keep the last N checkpoints, deleting older ones (0: keep all)"},
+    {"-nm", "--major-every", 'i', FIELD(major_every), 0, 1e9, "checkpoints at multiples of N steps are never deleted (0: none)"},
+    {"-y", "--resume", 'i', FIELD(resume), 0, 1, "1: continue from the latest checkpoint in the output directory, if any"},
+    {"", "--shuffle", 'i', FIELD(shuffle), 0, 1, "1: each epoch permutes shards and windows (from --seed); 0: file order"},
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
-    {"", "--seed", 'l', FIELD(seed), 0, 4294967295.0, "seed for init, sampling and rounding"},
+    {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
+    {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
+    {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (GELU is its own kernel here)"},
+    {"-pn", "--num-processes", 'i', FIELD(num_processes), 0, 1 << 20, "ranks, checked against mpirun's (0: as mpirun says)"},
+    {"-pr", "--process-rank", 'i', FIELD(process_rank), -1, 1 << 20, "this rank, checked against mpirun's (-1: as mpirun says)"},
+    {"-pg", "--gpus-per-node", 'i', FIELD(gpus_per_node), 1, 1 << 20, "llm.c's GPUs per node (here: each node's rank count)"},
+    {"-pi", "--init-method", 's', FIELD(init_method), 0, 0, "how ranks meet: mpi (mpirun; llm.c's tcp and fs are not offered)"},
+    {"-ps", "--server-ip", 's', FIELD(server_ip), 0, 0, "llm.c's tcp server address (unused with mpi)"},
+    {"-pf", "--fs-path", 's', FIELD(fs_path), 0, 0, "llm.c's shared-file path (unused with mpi)"},
+    {"", "--seed", 'l', FIELD(seed), 0, 4294967295.0, "seed for init, shuffling, sampling and rounding"},
     {"", "--beta1", 'f', FIELD(beta1), 0, 0.999999, "AdamW beta1"},
     {"", "--beta2", 'f', FIELD(beta2), 0, 0.999999, "AdamW beta2"},
     {"", "--eps", 'f', FIELD(eps), 1e-30, 1, "AdamW epsilon"},
@@ -583,6 +629,7 @@ inline TrainConfig parse_args(int argc, char** argv) {
         if (flag == nullptr) fatal(2, "unknown flag %s (see --help)", name.c_str());
         if (i + 1 >= argc) fatal(2, "flag %s needs a value", name.c_str());
         const char* value = argv[++i];
+        cfg.given.push_back(name);
         char* field = (char*)&cfg + flag->field;
         if (flag->kind == 's') {
             *(std::string*)field = value;
@@ -599,7 +646,18 @@ inline TrainConfig parse_args(int argc, char** argv) {
     if (!one_of(cfg.schedule, {"cosine", "linear", "constant", "wsd"}))
         fatal(2, "-k %s: expected cosine, linear, constant or wsd", cfg.schedule.c_str());
     if (!one_of(cfg.device, {"cpu", "cuda", "auto"})) fatal(2, "--device %s: expected cpu, cuda or auto", cfg.device.c_str());
+    if (cfg.init_method != "mpi")
+        fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
     return cfg;
+}
+
+// whether the flag (by either name) was on the command line
+inline bool given(const TrainConfig& cfg, const char* short_name) {
+    for (const Flag& f : kFlags)
+        if (strcmp(f.short_name, short_name) == 0)
+            for (const std::string& g : cfg.given)
+                if (g == f.short_name || g == f.long_name) return true;
+    return false;
 }
 
 // learning rate at step (0-based) of max_steps
@@ -619,8 +677,10 @@ inline float learning_rate(const TrainConfig& cfg, int step, int max_steps) {
 // ----------------------------------------------------------------------------
 // training
 
-struct StepRecord {
+struct StepRecord {  // no padding, so records compare with memcmp
     float loss, norm, lr;
+    int skipped;            // 1: the update was skipped (-sl, -sg)
+    double loss_z, grad_z;  // NaN while the outlier windows fill
 };
 template <class Backend>
 using StepHook = std::function<void(int step, Zero<Backend>& zero)>;
@@ -636,6 +696,7 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
                               const DataLoader& data, bool have_tokenizer) {
     std::string s;
     for (const Flag& f : kFlags) {
+        if (f.field == offsetof(TrainConfig, process_rank)) continue;  // differs by design
         const char* field = (const char*)&cfg + f.field;
         if (f.kind == 's') s += *(const std::string*)field;
         else if (f.kind == 'i') s += std::to_string(*(const int*)field);
@@ -663,21 +724,23 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     comm.abort(1);
 }
 
-// model_N.bin and state_N.bin after `steps` steps; a collective, rank 0 (root) writes
+// The checkpoint after state.step steps: model_N.bin, state_N.bin (state brings everything but
+// the optimizer's arrays), then DONE_N, then the checkpoint -nk/-nm retire. A collective; rank 0
+// (root) gathers and writes every file, so DONE follows the whole checkpoint.
 template <class Backend>
-void save_checkpoint(Zero<Backend>& zero, const GPT2Config& mc, const std::string& dir, int steps, uint64_t sample_rng,
-                     bool root) {
+void save_checkpoint(Zero<Backend>& zero, const GPT2Config& mc, const TrainConfig& cfg, OptimizerState state, bool root) {
     std::vector<float> params(zero.plan().total());
     zero.save(params.data());
-    OptimizerState state;
-    state.step = steps;
-    state.sample_rng = sample_rng;
     for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
-    if (Backend::has_master_weights) state.master.resize(root ? params.size() : 0);
+    if (zero.has_master_weights()) state.master.resize(root ? params.size() : 0);
     zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
     if (!root) return;
-    write_checkpoint(checkpoint_path(dir, "model", steps), mc, params);
-    write_state(checkpoint_path(dir, "state", steps), state);
+    const std::string& dir = cfg.output_dir;
+    write_checkpoint(checkpoint_path(dir, "model", state.step), mc, params);
+    write_state(checkpoint_path(dir, "state", state.step), state);
+    write_done(dir, state.step);
+    if (int old = checkpoint_to_delete(state.step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
+        remove_checkpoint(dir, old);
 }
 
 // mean loss of this rank's first `batches` batches from `data`
@@ -720,18 +783,35 @@ std::string sample_text(GPT2<Backend>& model, const Tokenizer& tokenizer, int n,
     return text;
 }
 
+// One line for each llm.c flag given that this backend cannot act on, so none is silently ignored.
+template <class Backend>
+void note_inapplicable_flags(const TrainConfig& cfg, const Zero<Backend>& zero) {
+    if (given(cfg, "-w") && !Backend::has_master_weights)
+        printf("note: -w: the %s backend's parameters are fp32 already, so there are no separate master weights\n", Backend::name);
+    if (given(cfg, "-f")) printf("note: -f: this trainer's matmuls never use TF32 (fp32 stays fp32), so there is nothing to switch\n");
+    if (given(cfg, "-ge")) printf("note: -ge: GELU is its own kernel here, never fused into a matmul; the result is the same\n");
+    if (given(cfg, "-pg")) printf("note: -pg: each rank takes a GPU by its rank on the node (from mpirun), not from -pg\n");
+    if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
+}
+
 template <class Backend>
 std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
     const int rank = comm.rank(), world = comm.world();
     const bool chatty = rank == 0 && !cfg.quiet;
+    if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
+    if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
+    const std::string& dir = cfg.output_dir;
+    if (cfg.resume && dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
+    if (rank == 0 && !dir.empty()) {
+        mkdir(dir.c_str(), 0755);
+        remove_partial_writes(dir);
+    }
     GPT2Config mc;
     std::vector<float> init;
-    int resume_step = 0;
-    if (cfg.resume) {
-        if (cfg.output_dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
-        resume_step = latest_checkpoint(cfg.output_dir);
-        if (resume_step == 0) fatal(1, "-y 1: no model_N.bin with its state_N.bin in %s to resume from", cfg.output_dir.c_str());
-        init = load_checkpoint(checkpoint_path(cfg.output_dir, "model", resume_step), &mc);
+    const int resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
+    if (cfg.resume && resume_step == 0 && chatty) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
+    if (resume_step > 0) {
+        init = load_checkpoint(checkpoint_path(dir, "model", resume_step), &mc);
     } else if (config_from_descriptor(cfg.init, &mc)) {
         init = random_init(mc, (uint64_t)cfg.seed);
     } else {
@@ -741,8 +821,10 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
 
     DataLoader train_data(cfg.train_data, B, T, rank, world, mc.vocab_size);
+    if (cfg.shuffle) train_data.shuffle((uint64_t)cfg.seed);
     std::unique_ptr<DataLoader> val_data;
     if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world, mc.vocab_size);
+    const int val_batches = !val_data ? 0 : cfg.val_steps > 0 ? cfg.val_steps : (int)std::max<size_t>(1, val_data->windows() / world);
     std::unique_ptr<HellaSwag> hellaswag;
     if (cfg.hellaswag) hellaswag = std::make_unique<HellaSwag>(cfg.hellaswag_file, mc.vocab_size, B, T, rank, world);
     const long tokens_per_micro = (long)B * T * world;
@@ -766,20 +848,22 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     }
     check_ranks_agree(comm, cfg, mc, train_data, tokenizer != nullptr);
 
-    Zero<Backend> zero(cfg.zero_stage, ParamLayout(mc).groups(L), comm);
+    Zero<Backend> zero(cfg.zero_stage, ParamLayout(mc).groups(L), comm, cfg.master_weights == 1);
     zero.load(init.data());
     init = std::vector<float>();
     GPT2<Backend> model(mc, B, T, cfg.recompute, zero);
     uint64_t sample_rng = (uint64_t)cfg.seed * 2654435761u + 1;
+    OutlierDetector loss_z, grad_z;
     if (resume_step > 0) {
-        OptimizerState state = read_state(checkpoint_path(cfg.output_dir, "state", resume_step), zero.plan().total(),
-                                          Backend::has_master_weights);
-        if (Backend::has_master_weights && state.master.empty())
-            fatal(1, "-y 1: the state at step %d has no master weights (written by an fp32 build)", resume_step);
+        const std::string path = checkpoint_path(dir, "state", resume_step);
+        OptimizerState state = read_state(path, zero.plan().total(), zero.has_master_weights());
+        if (zero.has_master_weights() && state.master.empty())
+            fatal(1, "-y 1: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", resume_step);
         zero.load_state(state.m.data(), state.v.data(), state.master.data());
         sample_rng = state.sample_rng;
-        train_data.seek((size_t)resume_step * accum);  // every rank where it would be after those steps
-        if (chatty) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
+        train_data.restore(state.loader);
+        if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
+        if (chatty) printf("resuming from step %d of %s\n", resume_step, dir.c_str());
     }
 
     if (chatty) {
@@ -787,7 +871,9 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
                mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero.plan().total());
         printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps\n",
                Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps);
-        printf("train %zu tokens in %zu file(s)\n", train_data.total_tokens(), train_data.files().size());
+        printf("train %zu tokens in %zu file(s)%s\n", train_data.total_tokens(), train_data.files().size(),
+               cfg.shuffle ? ", shuffled each epoch" : "");
+        note_inapplicable_flags(cfg, zero);
     }
     if (!cfg.quiet) {
         const ZeroMemory& m = zero.memory();
@@ -797,19 +883,25 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
                model.scratch_bytes() / MiB, m.comm / MiB);
     }
 
+    // a resumed run appends, after dropping what the interrupted one logged past its checkpoint
     FILE* log = nullptr;
-    if (rank == 0 && !cfg.output_dir.empty()) {
-        mkdir(cfg.output_dir.c_str(), 0755);
-        log = open_file(cfg.output_dir + "/main.log", "w");
+    if (rank == 0 && !dir.empty()) {
+        if (resume_step > 0) truncate_log(dir + "/main.log", resume_step);
+        log = open_file(dir + "/main.log", resume_step > 0 ? "a" : "w");
     }
 
+    const bool gpu = strcmp(Backend::name, "cuda") == 0;
+    const double peak = gpu ? peak_flops(Backend::device_name(), sizeof(typename Backend::floatX) == 2) : 0.0;
+    // per rank, against one GPU's peak
+    const double flops_per_step = flops_per_token(zero.plan().total(), L, mc.channels, T) * (total_batch / world);
     const AdamHyper hyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     std::vector<StepRecord> records;
+    const auto run_start = std::chrono::steady_clock::now();
     for (int step = resume_step; step < max_steps; step++) {
         const bool last = step == max_steps - 1;
         if (val_data && (step % cfg.val_every == 0 || last)) {
-            float val_loss = (float)(comm.all_reduce_host(mean_loss(model, *val_data, cfg.val_steps, B, T)) / world);
+            float val_loss = (float)(comm.all_reduce_host(mean_loss(model, *val_data, val_batches, B, T)) / world);
             if (chatty) printf("val loss %.6f\n", val_loss);
             if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
         }
@@ -840,14 +932,29 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         }
         const float loss = (float)(comm.all_reduce_host(model.take_loss_sum() / accum) / world);
         const float lr = learning_rate(cfg, step, max_steps);
-        const float norm = zero.step(lr, hyper, cfg.grad_clip, step + 1, (uint32_t)cfg.seed + 7919u * step);
+        const float norm = zero.grad_norm();
+        // every rank sees the same loss and norm, so all skip or none
+        const double zl = loss_z.update(loss, cfg.skip_loss_z), zg = grad_z.update(norm, cfg.skip_grad_z);
+        const bool skip_loss = cfg.skip_loss_z > 0 && zl > cfg.skip_loss_z, skip_grad = cfg.skip_grad_z > 0 && zg > cfg.skip_grad_z;
+        if (skip_loss || skip_grad) {
+            if (chatty) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? zl : zg);
+        } else {
+            zero.update(norm, lr, hyper, cfg.grad_clip, step + 1, (uint32_t)cfg.seed + 7919u * step);
+        }
         Backend::synchronize();
         const uint64_t launches = Backend::launches() - launches_before;
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        records.push_back({loss, norm, lr});
-        if (chatty)
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s\n", step + 1, max_steps, loss,
-                   norm, lr, ms, total_batch / (ms / 1000.0));
+        const auto now = std::chrono::steady_clock::now();
+        const double ms = std::chrono::duration<double, std::milli>(now - start).count();
+        const double elapsed = std::chrono::duration<double>(now - run_start).count();
+        records.push_back({loss, norm, lr, skip_loss || skip_grad, zl, zg});
+        if (chatty) {
+            char mfu[32] = "";
+            if (gpu && peak > 0) snprintf(mfu, sizeof(mfu), " | MFU %.1f%%", 100.0 * flops_per_step / (ms / 1000.0) / peak);
+            else if (gpu) snprintf(mfu, sizeof(mfu), " | MFU n/a");
+            printf("step %4d/%d | loss %.6f (%+.2fz) | norm %.4f (%+.2fz) | lr %.2e | %.2f ms | %.0f tok/s%s | elapsed %s | ETA %s\n",
+                   step + 1, max_steps, loss, zl, norm, zg, lr, ms, total_batch / (ms / 1000.0), mfu, format_duration(elapsed).c_str(),
+                   format_duration(eta_seconds(elapsed, step + 1 - resume_step, max_steps - step - 1)).c_str());
+        }
         if (log) fprintf(log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, loss, norm, lr, ms, total_batch / (ms / 1000.0));
         if (step == 0 && !cfg.quiet) {
             const CommCounters& c = comm.counters();
@@ -856,8 +963,16 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", rank, (unsigned long long)launches);
         }
         if (hook) hook(step, zero);
-        const bool save = !cfg.output_dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0));
-        if (save) save_checkpoint(zero, mc, cfg.output_dir, step + 1, sample_rng, rank == 0);
+        if (!dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0))) {
+            if (log) fflush(log);  // the log reaches the checkpoint before its DONE file
+            OptimizerState state;
+            state.step = step + 1;
+            state.sample_rng = sample_rng;
+            state.loader = train_data.state();
+            state.loss_z = loss_z.state();
+            state.grad_z = grad_z.state();
+            save_checkpoint(zero, mc, cfg, std::move(state), rank == 0);
+        }
     }
     if (log) fclose(log);
     return records;

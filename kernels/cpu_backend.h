@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cpu/adamw.h"
 #include "cpu/attention.h"
@@ -21,6 +22,7 @@ struct CpuBackend {
     using floatX = float;  // parameters, activations and gradients
     static constexpr const char* name = "cpu";
     static constexpr bool has_master_weights = false;  // fp32 params are their own master copy
+    static std::string device_name() { return "cpu"; }
 
     // memory: "device" memory is host memory here
     static void* alloc(size_t bytes) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "cuda/adamw.cuh"
 #include "cuda/attention.cuh"
@@ -37,6 +38,12 @@ struct CudaBackend {
             return false;
         }
         return n > 0;
+    }
+    // the GPU's name (cudaDeviceProp::name), for the MFU's peak
+    static std::string device_name() {
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu::ctx().device));
+        return prop.name;
     }
     // select device local_rank % count; create the stream, cuBLASLt handle and workspace
     static void init(int local_rank) {

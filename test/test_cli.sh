@@ -10,18 +10,29 @@ fail() { echo "FAIL: $*"; cat "$out"; rm -rf "$out" "$dir"; exit 1; }
 
 timeout 600 mpirun -np 1 ./train_gpt -x 2 -o "$dir" >"$out" 2>&1 || fail "default run exited $?"
 grep -q "backend cpu, 1 rank(s), ZeRO stage 0 | B=4 T=64" "$out" || fail "defaults are not d12, B=4, T=64 on cpu"
-grep -qE "^step    1/2 \| loss 1[01]\.[0-9]+ \| norm [0-9.]+ \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s$" "$out" || fail "no step line"
+grep -qE "^step    1/2 \| loss 1[01]\.[0-9]+ \(\+nanz\) \| norm [0-9.]+ \(\+nanz\) \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| elapsed [0-9]+s \| ETA [0-9hms]+$" "$out" || fail "no step line"
 grep -q "^val loss " "$out" || fail "no validation loss"
 grep -q "^generating:" "$out" || fail "no text sample"
 grep -q "rank 0 memory MiB: parameters 474.84" "$out" || fail "no memory report for d12"
 [ "$(grep -c trl: "$dir/main.log")" -eq 2 ] || fail "log file lacks the step lines"
-[ -f "$dir/model_00000002.bin" ] || fail "no final checkpoint"
+[ -f "$dir/model_00000002.bin" ] && [ -f "$dir/DONE_00000002" ] || fail "no final checkpoint with its DONE file"
 
 # two processes, same seed: the same losses to the last printed digit
 tiny=(-e L=2,NH=2,C=32 -b 2 -t 32 -x 4 -v 0 -s 0 -o "" --seed 7)
 ./train_gpt "${tiny[@]}" | grep -E "^step" | cut -d'|' -f1-3 >"$dir/a" || fail "tiny run exited $?"
 ./train_gpt "${tiny[@]}" | grep -E "^step" | cut -d'|' -f1-3 >"$dir/b"
 [ "$(wc -l <"$dir/a")" -eq 4 ] && cmp -s "$dir/a" "$dir/b" || fail "two runs with the same seed differ"
+
+# llm.c flags this backend cannot act on: one note each, not silence
+./train_gpt "${tiny[@]}" -x 1 -w 0 -f 1 -ge 2 -pg 8 -ps 10.0.0.1 >"$out" 2>&1 || fail "llm.c flags run exited $?"
+[ "$(grep -c '^note: -w: the cpu backend' "$out")" -eq 1 ] && [ "$(grep -c '^note: -f: ' "$out")" -eq 1 ] &&
+    [ "$(grep -c '^note: -ge: ' "$out")" -eq 1 ] && [ "$(grep -c '^note: -pg: ' "$out")" -eq 1 ] &&
+    [ "$(grep -c '^note: -ps/-pf: ' "$out")" -eq 1 ] || fail "a note line per inapplicable flag"
+./train_gpt "${tiny[@]}" -x 1 -pn 4 >"$out" 2>&1; [ $? -eq 2 ] && grep -q "^error: -pn 4: mpirun started 1 rank(s)" "$out" || fail "-pn against mpirun"
+# as llm.c's run_gpt2_350M.sh starts ranks: each its own -pr, which the ranks' flag check allows
+OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe bash -c "./train_gpt -e L=2,NH=2,C=32 -b 2 -t 32 -x 1 -v 0 -s 0 -o '' -pn 2 -pr \$OMPI_COMM_WORLD_RANK" >"$out" 2>&1 ||
+    fail "-pn 2 -pr <rank> exited $?"
+grep -q "^step    1/1" "$out" || fail "-pn 2 -pr <rank> did not train"
 
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"

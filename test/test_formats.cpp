@@ -99,6 +99,12 @@ TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
     s.m = {1, 2, 3};
     s.v = {4, 5, 6};
     s.master = {7, 8, 9};
+    s.loader = {12, 8, 5, 0xfeedull, 1, {4, 0, 3, 1, 2}};
+    OutlierDetector d;
+    for (int i = 0; i < 200; i++) d.update(i % 7, 0.0);
+    s.loss_z = d.state();
+    d.update(100.0, 0.0);
+    s.grad_z = d.state();
     write_state(path("s.bin"), s);
     OptimizerState back = read_state(path("s.bin"), 3, true);
     EXPECT_EQ(back.step, 7);
@@ -106,7 +112,15 @@ TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
     EXPECT_EQ(back.m, s.m);
     EXPECT_EQ(back.v, s.v);
     EXPECT_EQ(back.master, s.master);
-    EXPECT_TRUE(read_state(path("s.bin"), 3, false).master.empty());
+    EXPECT_EQ(std::vector<uint64_t>({back.loader.position, back.loader.window, back.loader.windows, back.loader.seed}),
+              std::vector<uint64_t>({12, 8, 5, 0xfeed}));
+    EXPECT_EQ(back.loader.shuffled, 1);
+    EXPECT_EQ(back.loader.order, s.loader.order);
+    EXPECT_EQ(0, memcmp(&back.loss_z, &s.loss_z, sizeof(s.loss_z)));
+    EXPECT_EQ(0, memcmp(&back.grad_z, &s.grad_z, sizeof(s.grad_z)));
+    OptimizerState no_master = read_state(path("s.bin"), 3, false);
+    EXPECT_TRUE(no_master.master.empty());
+    EXPECT_EQ(no_master.loader.order, s.loader.order) << "skipping the master weights must land on the order";
     EXPECT_EXIT(read_state(path("s.bin"), 4, true), ExitedWithCode(1), "state for 3 parameters, the model has 4");
     std::vector<char> raw = read_bytes(path("s.bin"));
     write_bytes(path("cut.bin"), raw.data(), raw.size() - 4);
@@ -117,7 +131,7 @@ TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
     ((int32_t*)raw.data())[0] = 20240527;
     ((int32_t*)raw.data())[1] = 1;
     write_bytes(path("version.bin"), raw.data(), raw.size());
-    EXPECT_EXIT(read_state(path("version.bin"), 3, true), ExitedWithCode(1), "unsupported optimizer state version 1 \\(expected 2\\)");
+    EXPECT_EXIT(read_state(path("version.bin"), 3, true), ExitedWithCode(1), "unsupported optimizer state version 1 \\(expected 3\\)");
 }
 
 TEST_F(Files, BadShardsFailWithOneLine) {
@@ -205,6 +219,106 @@ TEST_F(Files, ShardsAreReadInSortedOrder) {
     loader.next_batch(x.data(), y.data());  // 10 tokens left in s_000, a window needs 21
     EXPECT_EQ(x[0], 2);
     EXPECT_EQ(loader.total_tokens(), 100u);
+}
+
+// Shards of 5, 3 and 4 windows of 8 tokens; token values say where they come from (shard*1000 +
+// position), so a window is known by its first token.
+class Shuffled : public Files {
+protected:
+    void SetUp() override {
+        Files::SetUp();
+        const int windows[] = {5, 3, 4};
+        for (int s = 0; s < 3; s++) {
+            std::vector<uint16_t> t(windows[s] * W + 1 + s);  // a few tokens spare, never read
+            for (size_t i = 0; i < t.size(); i++) t[i] = (uint16_t)(s * 1000 + i);
+            write_shard(path(("d_" + std::to_string(s) + ".bin").c_str()), t);
+            for (int k = 0; k < windows[s]; k++) all_windows.push_back(s * 1000 + k * W);
+        }
+    }
+    std::unique_ptr<DataLoader> loader(int rank, int world, uint64_t seed = 5) {
+        auto l = std::make_unique<DataLoader>(path("d_*.bin"), 2, 4, rank, world, 4000);
+        l->shuffle(seed);
+        return l;
+    }
+    // first tokens of the next n windows; every window checked to be whole and in one piece
+    std::vector<int> read(DataLoader& l, int n) {
+        std::vector<int> starts, x(W), y(W);
+        for (int k = 0; k < n; k++) {
+            l.next_batch(x.data(), y.data());
+            for (int i = 0; i < W; i++) {
+                EXPECT_EQ(x[i], x[0] + i);
+                EXPECT_EQ(y[i], x[0] + i + 1);
+            }
+            starts.push_back(x[0]);
+        }
+        return starts;
+    }
+    static constexpr int W = 8, kWindows = 12;
+    std::vector<int> all_windows;  // in file order
+};
+
+// an epoch reads every window once, shard by shard, neither shards nor windows in file order;
+// the next epoch reads them in another order
+TEST_F(Shuffled, EachEpochIsAPermutationOfShardsAndWindows) {
+    auto l = loader(0, 1);
+    std::vector<int> e1 = read(*l, kWindows), e2 = read(*l, kWindows);
+    for (const auto* e : {&e1, &e2}) {
+        std::vector<int> sorted = *e;
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_EQ(sorted, all_windows) << "an epoch must read each window exactly once";
+        int shard_changes = 0;
+        for (int k = 1; k < kWindows; k++) shard_changes += (*e)[k] / 1000 != (*e)[k - 1] / 1000;
+        EXPECT_EQ(shard_changes, 2) << "a shard's windows are read together";
+    }
+    EXPECT_NE(e1, all_windows) << "not in file order";
+    EXPECT_NE(e1, e2) << "each epoch has its own order";
+    EXPECT_NE(read(*loader(0, 1, 6), kWindows), e1) << "another seed, another order";
+    DataLoader in_order(path("d_*.bin"), 2, 4, 0, 1, 4000);
+    EXPECT_EQ(read(in_order, kWindows), all_windows) << "without shuffle(), file order";
+}
+
+// 3 ranks read, round by round, what one rank reads: the same order everywhere, across epochs
+TEST_F(Shuffled, RanksTogetherReadWhatOneRankReads) {
+    const int R = 3;
+    auto one = loader(0, 1);
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < R; r++) ranks.push_back(loader(r, R));
+    for (int k = 0; k < 10; k++)
+        for (int r = 0; r < R; r++) ASSERT_EQ(read(*one, 1), read(*ranks[r], 1)) << "round " << k << " rank " << r;
+}
+
+// The state carries position, seed and the current epoch's order: a loader restored from it,
+// even with another seed and another number of ranks, continues the same stream.
+TEST_F(Shuffled, StateContinuesTheStreamAtAnotherRankCount) {
+    auto first = loader(0, 1), reference = loader(0, 1);
+    read(*first, 18);  // into the second epoch
+    const LoaderState state = first->state();
+    EXPECT_EQ(state.position, 18u);
+    EXPECT_EQ(state.order.size(), (size_t)kWindows);
+    read(*reference, 18);
+    const std::vector<int> expect = read(*reference, 12);  // on into the third epoch
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < 2; r++) {
+        ranks.push_back(loader(r, 2, 99));
+        ranks[r]->restore(state);
+    }
+    std::vector<int> got;
+    for (int k = 0; k < 6; k++)
+        for (int r = 0; r < 2; r++) got.push_back(read(*ranks[r], 1)[0]);
+    EXPECT_EQ(got, expect);
+    // the stored order is what counts for the current epoch, not one derived again
+    LoaderState edited = state;
+    std::swap(edited.order[6], edited.order[7]);  // positions 18 and 19 of the stream
+    auto one = loader(0, 1);
+    one->restore(edited);
+    EXPECT_EQ(read(*one, 2), std::vector<int>({expect[1], expect[0]}));
+
+    DataLoader other_window(path("d_*.bin"), 2, 3, 0, 1, 4000);
+    other_window.shuffle(5);
+    EXPECT_EXIT(other_window.restore(state), ExitedWithCode(1), "keep B\\*T and the data");
+    DataLoader unshuffled(path("d_*.bin"), 2, 4, 0, 1, 4000);
+    EXPECT_EXIT(unshuffled.restore(state), ExitedWithCode(1), "written with shuffling on, this run has it off");
+    EXPECT_EXIT(loader(0, 4)->restore(state), ExitedWithCode(1), "position of 18 windows does not divide among 4 ranks");
 }
 
 TEST_F(Files, Tokenizer) {

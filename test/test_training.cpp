@@ -71,15 +71,17 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"-b", "--batch", {"1", "65536"}, {"0", "65537", "4x"}},
     {"-t", "--seq-len", {"0", "1048576"}, {"-1", "1048577", "x"}},
     {"-d", "--total-batch", {"0", "1000000000000"}, {"-1", "1000000000001", "1e3"}},
-    {"-x", "--max-steps", {"0", "1000000000"}, {"-1", "1000000001", "1.5"}},
+    {"-x", "--max-steps", {"-1", "0", "1000000000"}, {"-2", "1000000001", "1.5"}},
     {"-l", "--lr", {"0", "10"}, {"-1e-9", "10.001", "nan"}},
     {"-u", "--warmup", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
     {"-q", "--final-lr-frac", {"0", "1"}, {"-0.001", "1.001", "x"}},
     {"-k", "--schedule", {"cosine", "linear", "constant", "wsd"}, {"step"}},
     {"", "--wsd-decay-frac", {"0", "1"}, {"-0.001", "1.001", "x"}},
     {"-c", "--weight-decay", {"0", "10"}, {"-0.001", "10.001", "x"}},
+    {"-sl", "--skip-loss-z", {"0", "1000000000"}, {"-0.001", "1000000001", "x"}},
+    {"-sg", "--skip-grad-z", {"0", "1000000000"}, {"-0.001", "1000000001", "x"}},
     {"-v", "--val-every", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
-    {"-m", "--val-steps", {"1", "1000000000"}, {"0", "1000000001", "x"}},
+    {"-m", "--val-steps", {"-1", "0", "1", "1000000000"}, {"-2", "1000000001", "x"}},
     {"-h", "--hellaswag", {"0", "1"}, {"-1", "2", "x"}},
     {"", "--hellaswag-file", {"h.bin"}, {}},
     {"", "--hellaswag-dump", {"d.txt"}, {}},
@@ -87,9 +89,21 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"-g", "--gen-len", {"1", "1048576"}, {"0", "1048577", "x"}},
     {"-a", "--overfit", {"0", "1"}, {"-1", "2", "x"}},
     {"-n", "--checkpoint-every", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
+    {"-nk", "--checkpoints-keep", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
+    {"-nm", "--major-every", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
     {"-y", "--resume", {"0", "1"}, {"-1", "2", "x"}},
+    {"", "--shuffle", {"0", "1"}, {"-1", "2", "x"}},
     {"-z", "--zero", {"0", "3"}, {"-1", "4", "x"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
+    {"-w", "--master-weights", {"0", "1"}, {"-1", "2", "x"}},
+    {"-f", "--tf32", {"0", "1"}, {"-1", "2", "x"}},
+    {"-ge", "--gelu-fusion", {"0", "2"}, {"-1", "3", "x"}},
+    {"-pn", "--num-processes", {"0", "1048576"}, {"-1", "1048577", "x"}},
+    {"-pr", "--process-rank", {"-1", "1048576"}, {"-2", "1048577", "x"}},
+    {"-pg", "--gpus-per-node", {"1", "1048576"}, {"0", "1048577", "x"}},
+    {"-pi", "--init-method", {"mpi"}, {"tcp", "fs"}},
+    {"-ps", "--server-ip", {"10.0.0.1"}, {}},
+    {"-pf", "--fs-path", {"/shared/x"}, {}},
     {"", "--seed", {"0", "4294967295"}, {"-1", "4294967296", "x"}},
     {"", "--beta1", {"0", "0.999999"}, {"-0.001", "1", "x"}},
     {"", "--beta2", {"0", "0.999999"}, {"-0.001", "1", "x"}},
@@ -108,7 +122,10 @@ std::string describe(const TrainConfig& c) {
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
       << c.zero_stage << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
-      << c.grad_clip << '|' << c.device << '|' << c.quiet;
+      << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
+      << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
+      << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
+      << '|' << c.server_ip << '|' << c.fs_path;
     return s.str();
 }
 
@@ -138,7 +155,8 @@ TEST(Flags, LongNamesMatchShortOnes) {
             }
             changes_something |= by_long != defaults;
         }
-        EXPECT_TRUE(changes_something) << f.long_name << " changes no field";
+        // -pi has one value, llm.c's default (mpi): accepting it is all there is to check
+        EXPECT_TRUE(changes_something || std::string(f.long_name) == "--init-method") << f.long_name << " changes no field";
     }
 }
 
@@ -162,6 +180,156 @@ TEST(Flags, HelpListsTheDocumentedFlags) {
     std::sort(listed.begin(), listed.end());
     std::sort(documented.begin(), documented.end());
     EXPECT_EQ(listed, documented);
+}
+
+// The flags of llm.c's scripts/run_gpt2_124M.sh .. run_gpt2_1558M.sh and run_gpt3_125M.sh, as
+// they are written there, land with llm.c's meaning.
+TEST(Flags, LlmcRunScriptsAreAccepted) {
+    const std::vector<std::string> common = {"-i", "dev/data/fineweb10B/fineweb_train_*.bin", "-j", "dev/data/fineweb10B/fineweb_val_*.bin",
+                                             "-o", "log_gpt2_124M", "-v", "250", "-s", "20000", "-g", "144", "-h", "1", "-b", "64", "-t", "1024",
+                                             "-d", "524288", "-r", "0", "-z", "1", "-c", "0.1", "-l", "0.0006", "-q", "0.0", "-u", "700",
+                                             "-n", "5000", "-y", "1", "-e", "d12"};
+    TrainConfig c = parse(common);
+    EXPECT_EQ(std::vector<long>({c.val_every, c.sample_every, c.gen_len, c.hellaswag, c.B, c.T, c.total_batch, c.recompute,
+                                 c.zero_stage, c.warmup, c.checkpoint_every, c.resume}),
+              std::vector<long>({250, 20000, 144, 1, 64, 1024, 524288, 0, 1, 700, 5000, 1}));
+    EXPECT_EQ(std::vector<float>({c.weight_decay, c.lr, c.final_lr_frac}), std::vector<float>({0.1f, 0.0006f, 0.0f}));
+    std::vector<std::string> more = common;  // 350M: rank flags; 1558M: -k, -ge; GPT-3: -nk -nm -sl -sg, gpt3:c768
+    for (const char* f : {"-x", "60000", "-pn", "8", "-pr", "0", "-k", "cosine", "-ge", "1", "-nk", "5", "-nm", "2000", "-sl", "5.0",
+                          "-sg", "5.0", "-e", "gpt3:c768"})
+        more.push_back(f);
+    c = parse(more);
+    EXPECT_EQ(std::vector<long>({c.max_steps, c.num_processes, c.process_rank, c.gelu_fusion, c.checkpoints_keep, c.major_every}),
+              std::vector<long>({60000, 8, 0, 1, 5, 2000}));
+    EXPECT_EQ(std::vector<float>({c.skip_loss_z, c.skip_grad_z}), std::vector<float>({5.0f, 5.0f}));
+    EXPECT_EQ(c.init, "gpt3:c768");
+    EXPECT_TRUE(given(c, "-ge"));
+    EXPECT_FALSE(given(c, "-w"));
+    EXPECT_EXIT(parse({"-pi", "tcp"}), ExitedWithCode(2), "-pi tcp: expected mpi");
+    // llm.c's defaults where its meaning applies here
+    TrainConfig d;
+    EXPECT_EQ(std::vector<long>({d.B, d.checkpoint_every, d.checkpoints_keep, d.major_every, d.resume, d.val_every, d.val_steps,
+                                 d.sample_every, d.gen_len, d.recompute, d.zero_stage, d.master_weights, d.warmup}),
+              std::vector<long>({4, 0, 0, 0, 0, 20, 20, 20, 64, 1, 0, 1, 0}));
+    EXPECT_EQ(std::vector<float>({d.lr, d.final_lr_frac, d.weight_decay, d.skip_loss_z, d.skip_grad_z}),
+              std::vector<float>({3e-4f, 1.0f, 0.0f, 0.0f, 0.0f}));
+}
+
+// Shapes as llm.c's gpt2_set_hyperparameters / gpt3_set_hyperparameters derive them; parameter
+// counts (padded vocabulary) as llm.c prints them for GPT-2 124M and 1558M.
+TEST(Descriptors, AsLlmcDerivesThem) {
+    struct Want { const char* desc; int L, NH, C, maxT; size_t params; };
+    const Want wants[] = {{"d12", 12, 12, 768, 1024, 124475904}, {"gpt2:d12", 12, 12, 768, 1024, 124475904},
+                          {"gpt2:d48", 48, 25, 1600, 1024, 1557686400}, {"d24", 24, 16, 1024, 1024, 0}, {"d84", 84, 36, 3456, 1024, 0},
+                          {"gpt3:c768", 12, 12, 768, 2048, 124475904 + 1024 * 768}, {"gpt3:c2048", 24, 16, 2048, 2048, 0},
+                          {"gpt3:c2560", 32, 32, 2560, 2048, 0}, {"gpt3:c12288", 96, 96, 12288, 2048, 0}};
+    for (const Want& w : wants) {
+        GPT2Config c;
+        ASSERT_TRUE(config_from_descriptor(w.desc, &c)) << w.desc;
+        EXPECT_EQ(std::vector<int>({c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size, c.padded_vocab_size}),
+                  std::vector<int>({w.L, w.NH, w.C, w.maxT, 50257, 50304})) << w.desc;
+        if (w.params) {
+            EXPECT_EQ(ParamLayout(c).total, w.params) << w.desc;
+        }
+    }
+    GPT2Config c;
+    EXPECT_FALSE(config_from_descriptor("d12.bin", &c)) << "a file name";
+    EXPECT_FALSE(config_from_descriptor("data/model.bin", &c));
+    EXPECT_EXIT(config_from_descriptor("d13", &c), ExitedWithCode(2), "no GPT-2 of that depth");
+    EXPECT_EXIT(config_from_descriptor("gpt3:c1000", &c), ExitedWithCode(2), "no GPT-3 with that channel count");
+    EXPECT_EXIT(config_from_descriptor("gpt3:c5140", &c), ExitedWithCode(2), "5140 channels are not a whole number of heads of 128");
+}
+
+// z-score of the last value against the window of the last 128 (it included), two-pass in long
+// double: the reference for the detector
+double reference_z(const std::vector<double>& window) {
+    long double mean = 0, var = 0;
+    for (double v : window) mean += v;
+    mean /= window.size();
+    for (double v : window) var += (v - mean) * (v - mean);
+    return (double)((window.back() - mean) / std::sqrt(var / window.size()));
+}
+
+TEST(OutlierDetector, ZScoreOverTheLast128Values) {
+    OutlierDetector d;
+    std::mt19937 rng(3);
+    std::vector<double> seen;
+    for (int i = 0; i < 400; i++) {
+        const double v = 3.0 + (rng() % 1000) / 1000.0 + i * 1e-3;  // noise on a slow drift
+        seen.push_back(v);
+        const double z = d.update(v, 0.0);
+        if (i < OutlierDetector::kWindow) {
+            EXPECT_TRUE(std::isnan(z)) << "still filling at " << i;
+        } else {
+            std::vector<double> window(seen.end() - OutlierDetector::kWindow, seen.end());
+            EXPECT_NEAR(z, reference_z(window), 1e-9) << i;
+        }
+    }
+}
+
+// an outlier over the threshold stays out of the window, so the next value is judged as if it
+// had never come; the third in a row goes in; threshold 0 lets everything in
+TEST(OutlierDetector, OutliersStayOutOfTheWindowUntilTheThirdInARow) {
+    auto fill = [](OutlierDetector& d) {
+        for (int i = 0; i < 200; i++) d.update(1.0 + 0.01 * (i % 10), 3.0);
+    };
+    OutlierDetector with, without, open;
+    fill(with), fill(without), fill(open);
+    EXPECT_GT(with.update(50.0, 3.0), 3.0);
+    EXPECT_EQ(with.update(1.02, 3.0), without.update(1.02, 3.0)) << "the outlier must not have entered the window";
+    EXPECT_GT(open.update(50.0, 0.0), 3.0);
+    EXPECT_NE(open.update(1.02, 0.0), without.update(1.02, 3.0) + 0.0) << "threshold 0 keeps the outlier in";
+
+    OutlierDetector three, only_third;
+    fill(three), fill(only_third);
+    three.update(50.0, 3.0), three.update(50.0, 3.0), three.update(50.0, 3.0);
+    only_third.update(50.0, 0.0);
+    EXPECT_EQ(three.update(1.0, 3.0), only_third.update(1.0, 3.0)) << "two kept out, the third in";
+
+    OutlierDetector restored;  // the state is all of it
+    ASSERT_TRUE(restored.restore(three.state()));
+    for (double v : {1.0, 7.0, 1.03, 60.0}) EXPECT_EQ(restored.update(v, 3.0), three.update(v, 3.0));
+    OutlierDetector::State bad = three.state();
+    bad.next = OutlierDetector::kWindow;
+    EXPECT_FALSE(restored.restore(bad));
+}
+
+TEST(RunDir, CheckpointFilesAndLlmcRetirementRule) {
+    const std::string dir = temp_dir();
+    for (int n : {2, 4, 6}) fclose(open_file(checkpoint_path(dir, "model", n), "w"));
+    for (int n : {2, 4}) fclose(open_file(checkpoint_path(dir, "state", n), "w"));
+    write_done(dir, 2), write_done(dir, 4);
+    remove(checkpoint_path(dir, "state", 4).c_str());
+    EXPECT_EQ(latest_checkpoint(dir), 2) << "4 lacks its state, 6 its DONE file";
+    EXPECT_EQ(checkpoint_path(dir, "DONE", 18865), dir + "/DONE_00018865");
+    fclose(open_file(dir + "/model_00000008.bin.tmp", "w"));
+    remove_partial_writes(dir);
+    EXPECT_FALSE(file_exists(dir + "/model_00000008.bin.tmp"));
+    EXPECT_TRUE(file_exists(checkpoint_path(dir, "model", 6)));
+    remove_checkpoint(dir, 2);
+    EXPECT_EQ(latest_checkpoint(dir), 0);
+    // llm.c: after the checkpoint at step s, delete s - keep*every unless it is <= 0 or major
+    EXPECT_EQ(checkpoint_to_delete(5000, 1000, 2, 0), 3000);
+    EXPECT_EQ(checkpoint_to_delete(5000, 1000, 2, 2000), 3000);
+    EXPECT_EQ(checkpoint_to_delete(5000, 1000, 2, 3000), 0);
+    EXPECT_EQ(checkpoint_to_delete(2000, 1000, 2, 0), 0);
+    EXPECT_EQ(checkpoint_to_delete(5000, 1000, 0, 0), 0);
+    EXPECT_EQ(checkpoint_to_delete(5000, 0, 2, 0), 0) << "-n 0: the final checkpoint is the only one";
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+TEST(Progress, DurationsEtaAndMfu) {
+    EXPECT_EQ(format_duration(42.4), "42s");
+    EXPECT_EQ(format_duration(75), "1m15s");
+    EXPECT_EQ(format_duration(3725), "1h02m05s");
+    EXPECT_DOUBLE_EQ(eta_seconds(30.0, 10, 5), 15.0);
+    EXPECT_DOUBLE_EQ(flops_per_token(124475904, 12, 768, 1024), 6.0 * 124475904 + 6.0 * 12 * 768 * 1024);
+    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 80GB HBM3", true), 989e12);
+    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 PCIe", true), 756e12);
+    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200", true), 989e12);
+    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA A100-SXM4-80GB", false), 19.5e12);
+    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA L40S", true), 362e12);
+    EXPECT_EQ(peak_flops("Some GPU", true), 0.0);
 }
 
 TEST(Schedule, ShapesAgreeWithTheirFormulas) {
@@ -201,12 +369,14 @@ TEST_F(Training, SameSeedSameBits) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
-// -y 1 continues from the latest checkpoint exactly as if the run had not stopped, here with
-// 3 micro-batches per step (the data must resume 3 windows per completed step on)
+// -y 1 continues from the latest checkpoint exactly as if the run had not stopped, shuffled data
+// included, with 3 micro-batches per step: 12 windows of B*T = 32 tokens, 3 per step, so the
+// resumed steps cross into epoch 2 (the data must resume 3 windows per completed step on)
 TEST_F(Training, ResumeContinuesBitForBit) {
     std::string dir = temp_dir();
-    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    write_shard(dir + "/t.bin", random_tokens(12 * 32 + 1, 64, 4));
     TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    ASSERT_EQ(cfg.shuffle, 1) << "shuffling is on by default";
     cfg.total_batch = 3L * cfg.B * cfg.T;
     cfg.max_steps = 6;
     cfg.checkpoint_every = 3;
@@ -225,15 +395,108 @@ TEST_F(Training, ResumeContinuesBitForBit) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
-TEST_F(Training, ResumeNeedsACheckpoint) {
+// -y 1 with nothing to resume starts a fresh run (llm.c's loop runs it from the start)
+TEST_F(Training, ResumeWithNothingToResumeStartsFresh) {
     std::string dir = temp_dir();
     write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
     TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.output_dir = dir + "/fresh";
+    const std::vector<StepRecord> fresh = train<CpuBackend>(cfg, single_comm());
     cfg.resume = 1;
-    cfg.output_dir = dir;
-    EXPECT_EXIT(train<CpuBackend>(cfg, single_comm()), ExitedWithCode(1), "no model_N.bin with its state_N.bin in");
+    cfg.output_dir = dir + "/empty";
+    const std::vector<StepRecord> resumed = train<CpuBackend>(cfg, single_comm());
+    ASSERT_EQ(resumed.size(), fresh.size());
+    EXPECT_EQ(0, memcmp(resumed.data(), fresh.data(), fresh.size() * sizeof(StepRecord)));
+    EXPECT_TRUE(file_exists(checkpoint_path(cfg.output_dir, "DONE", 5)));
     cfg.output_dir = "";
     EXPECT_EXIT(train<CpuBackend>(cfg, single_comm()), ExitedWithCode(2), "-y 1 needs the output directory");
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// each line of main.log: the step it is for, and its kind (trl, tel)
+std::vector<std::string> log_lines(const std::string& path) {
+    std::vector<std::string> lines;
+    FILE* f = open_file(path, "r");
+    for (char buf[512]; fgets(buf, sizeof(buf), f);) {
+        char kind[8] = "";
+        int step = -1;
+        sscanf(buf, "s:%d %3s", &step, kind);
+        lines.push_back(std::to_string(step) + " " + kind);
+    }
+    fclose(f);
+    return lines;
+}
+
+// A run killed just before its last checkpoint: its log runs past the checkpoint at step 3, and
+// it left a half-written file. The resumed run removes the file and appends to the log without
+// repeating a step: each line once, in order.
+TEST_F(Training, ResumedRunAppendsToTheLogAndClearsPartialWrites) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    write_shard(dir + "/v.bin", random_tokens(2000, 64, 5));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.val_data = dir + "/v.bin";
+    cfg.val_every = 2;
+    cfg.val_steps = 2;
+    cfg.max_steps = 6;
+    cfg.checkpoint_every = 3;
+    cfg.output_dir = dir + "/out";
+    train<CpuBackend>(cfg, single_comm());
+    const std::vector<std::string> whole = log_lines(cfg.output_dir + "/main.log");
+    ASSERT_EQ(whole.size(), 6u + 4u) << "6 steps, validation at 0, 2, 4 and the last";
+    remove_checkpoint(cfg.output_dir, 6);
+    const std::string partial = checkpoint_path(cfg.output_dir, "model", 6) + ".tmp";
+    fclose(open_file(partial, "w"));
+    cfg.resume = 1;
+    train<CpuBackend>(cfg, single_comm());
+    EXPECT_EQ(log_lines(cfg.output_dir + "/main.log"), whole);
+    EXPECT_FALSE(file_exists(partial));
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// Only training data is shuffled: the validation loss before the first step is the same with
+// --shuffle 1 and 0 (validation reads in file order), the first training batch is not.
+TEST_F(Training, ValidationReadsInOrder) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    write_shard(dir + "/v.bin", random_tokens(3000, 64, 5));
+    std::vector<std::string> first_lines[2];
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+        cfg.val_data = dir + "/v.bin";
+        cfg.val_every = 1;
+        cfg.val_steps = 2;
+        cfg.max_steps = 1;
+        cfg.shuffle = shuffle;
+        cfg.output_dir = dir + "/out" + std::to_string(shuffle);
+        train<CpuBackend>(cfg, single_comm());
+        FILE* f = open_file(cfg.output_dir + "/main.log", "r");
+        for (char buf[512]; fgets(buf, sizeof(buf), f);) first_lines[shuffle].push_back(std::string(buf).substr(0, 20));
+        fclose(f);
+    }
+    ASSERT_EQ(first_lines[0].size(), 2u) << "validation, then the step";
+    EXPECT_EQ(first_lines[0][0], first_lines[1][0]) << "validation loss";
+    EXPECT_NE(first_lines[0][1], first_lines[1][1]) << "training loss: another batch when shuffled";
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// -n 2 -nk 2 -nm 4 over 10 steps: each checkpoint retires the one two back unless it is major
+// (llm.c's rule): 2 goes at 6, 4 stays (major), 6 goes at 10; every kept one has its DONE file
+TEST_F(Training, KeepsTheLastCheckpointsAndTheMajorOnes) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.max_steps = 10;
+    cfg.checkpoint_every = 2;
+    cfg.checkpoints_keep = 2;
+    cfg.major_every = 4;
+    cfg.output_dir = dir + "/out";
+    train<CpuBackend>(cfg, single_comm());
+    for (int step = 2; step <= 10; step += 2) {
+        const bool kept = step == 4 || step == 8 || step == 10;
+        for (const char* kind : {"DONE", "model", "state"})
+            EXPECT_EQ(file_exists(checkpoint_path(cfg.output_dir, kind, step)), kept) << kind << " " << step;
+    }
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
@@ -279,6 +542,38 @@ TEST_F(Training, WritesCheckpointsAndLog) {
     for (char buf[256]; fgets(buf, sizeof(buf), log);) lines += strncmp(buf, "s:", 2) == 0 && strstr(buf, "trl:") != nullptr;
     fclose(log);
     EXPECT_EQ(lines, 5);
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// -sg: once the 128-step window is full, a step whose grad-norm z-score is over the threshold
+// leaves the parameters as they were; every other step changes them. Same for -sl with the loss.
+TEST_F(Training, SkipsUpdatesOverTheZScore) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(20000, 64, 4));
+    for (int which = 0; which < 2; which++) {
+        TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+        // random tokens: a plateau after a few steps; from step 256 on the window holds only that
+        cfg.max_steps = 320;
+        cfg.lr = 1e-2f;
+        (which == 0 ? cfg.skip_grad_z : cfg.skip_loss_z) = 0.5f;
+        GPT2Config mc;
+        config_from_descriptor(cfg.init, &mc);
+        std::vector<std::vector<float>> params(1, random_init(mc, (uint64_t)cfg.seed));  // before step 0
+        std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm(), [&](int, Zero<CpuBackend>& z) {
+            params.emplace_back(z.plan().total());
+            z.save(params.back().data());
+        });
+        int skipped = 0, updated = 0;
+        for (int i = 0; i < cfg.max_steps; i++) {
+            const double z = which == 0 ? r[i].grad_z : r[i].loss_z;
+            const bool over = z > 0.5;
+            EXPECT_EQ(r[i].skipped, over ? 1 : 0) << i;
+            EXPECT_EQ(params[i + 1] == params[i], over) << "step " << i << ", z " << z;
+            skipped += over, updated += !over && i >= OutlierDetector::kWindow;
+        }
+        EXPECT_GT(skipped, 0) << "which " << which;
+        EXPECT_GT(updated, 0) << "which " << which;
+    }
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 

@@ -283,6 +283,41 @@ TEST_P(ZeroStage, UpdateIsBitIdenticalToOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroStage, ::testing::Values(0, 1, 2, 3));
 
+// Written by N ranks, resumed by one (accumulation N*A, the same sequences per step): the
+// unsharded state and the loader's position and shuffle order carry over. Steps 4-6 and the
+// final model match the uninterrupted N-rank run.
+TEST(Resume, AtAnotherRankCount) {
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const int N = comm.world();
+    TrainConfig cfg = config(1, kAccum, N);
+    ASSERT_EQ(cfg.shuffle, 1);
+    cfg.max_steps = 6;
+    cfg.checkpoint_every = 3;
+    cfg.output_dir = g_data_dir + "/resume_ranks";
+    std::vector<StepRecord> whole = train<TestBackend>(cfg, comm);
+    comm.barrier();
+    int bad = 0;
+    if (comm.rank() == 0) {
+        GPT2Config c;
+        const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+        remove_checkpoint(cfg.output_dir, 6);
+        MpiComm self = make_comm(MPI_COMM_SELF);
+        TrainConfig one = config(0, kAccum * N, 1);
+        one.max_steps = 6;
+        one.checkpoint_every = 3;
+        one.output_dir = cfg.output_dir;
+        one.resume = 1;
+        std::vector<StepRecord> rest = train<TestBackend>(one, self);
+        bad += rest.size() != 3;
+        for (size_t s = 0; s < rest.size() && s < 3; s++)
+            bad += !close(rest[s].loss, whole[3 + s].loss, kTol) || !close(rest[s].norm, whole[3 + s].norm, kTol);
+        std::vector<float> resumed = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+        for (size_t i = 0; i < resumed.size(); i++) bad += !close(resumed[i], final_params[i], kTol, kTol);
+        [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
+    }
+    EXPECT_EQ(failures_everywhere(bad), 0) << N << " ranks resumed on one differ";
+}
+
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
 TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {
     auto gpu = [](unsigned char id) {

@@ -56,7 +56,9 @@ public:
         floatX* operator[](int i) const { return t[i]; }
     };
 
-    Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm)
+    // master_weights: keep an fp32 copy for the update (-w), where the backend's parameters are
+    // narrower than fp32; ignored where they are fp32 already
+    Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, bool master_weights = true)
         : stage_(stage),
           comm_(comm),
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
@@ -68,7 +70,7 @@ public:
         else param_shard_ = alloc<floatX>(S, &memory_.params);
         if (stage_ <= 1) grads_full_ = alloc<floatX>(P, &memory_.grads);
         else grad_shard_ = alloc<floatX>(S, &memory_.grads);
-        if (Backend::has_master_weights) master_ = alloc<float>(S, &memory_.optimizer);
+        if (Backend::has_master_weights && master_weights) master_ = alloc<float>(S, &memory_.optimizer);
         adam_m_ = alloc<float>(S, &memory_.optimizer);
         adam_v_ = alloc<float>(S, &memory_.optimizer);
         const int last = plan_.num_groups() - 1;
@@ -108,6 +110,7 @@ public:
 
     const PartitionPlan& plan() const { return plan_; }
     const ZeroMemory& memory() const { return memory_; }
+    bool has_master_weights() const { return master_ != nullptr; }
 
     // full fp32 parameters (same on every rank) -> this rank's copies
     void load(const float* host) {
@@ -116,7 +119,7 @@ public:
                 size_t start = (size_t)rank_ * t.chunk, len = PartitionPlan::valid(t, rank_);
                 if (stage_ <= 2) Backend::upload_fp32(params_full_ + t.slice.offset, host + t.slice.offset, t.slice.n);
                 else Backend::upload_fp32(param_shard_ + t.shard_offset, host + t.slice.offset + start, len);
-                if (Backend::has_master_weights)
+                if (master_ != nullptr)
                     Backend::from_host(master_ + t.shard_offset, host + t.slice.offset + start, len * 4);
             }
         }
@@ -247,6 +250,13 @@ public:
     // Reduce what is left to reduce, clip by the global norm, update this rank's shard with
     // AdamW and share the new parameters. Returns the gradient norm before clipping.
     float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
+        const float norm = grad_norm();
+        update(norm, lr, h, grad_clip, step_number, seed);
+        return norm;
+    }
+    // step() in two halves, so the caller may look at the norm and skip the update: first the
+    // reductions and the global gradient norm, ...
+    float grad_norm() {
         if (stage_ <= 1)  // what no backward reduced
             for (int g = 0; g < plan_.num_groups(); g++)
                 if (!reduced_[g]) reduce_group(g);
@@ -262,14 +272,16 @@ public:
         Backend::to_host(&local, norm_acc_, sizeof(float));
         // stage 0: every rank holds the whole reduced gradient, nothing to add up
         double sumsq = stage_ == 0 ? local : comm_.all_reduce_host(local);
-        float norm = (float)std::sqrt(sumsq);
+        return (float)std::sqrt(sumsq);
+    }
+    // ... then the update with that norm (a collective too: every rank must call it or none)
+    void update(float norm, float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
         float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
         Backend::adamw_update(stage_ <= 2 ? params_full_ : param_shard_, master_, grads_base(), adam_m_, adam_v_, shard_,
                               lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
 
         if (stage_ == 1 || stage_ == 2) all_gather_full_params();
         invalidate_slots();
-        return norm;
     }
 
 private:

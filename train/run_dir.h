@@ -1,0 +1,81 @@
+// A run's output directory (-o), as llm.c lays it out: main.log, and per checkpoint at step N
+// model_N.bin (parameters), state_N.bin (optimizer and loader state) and an empty DONE_N,
+// written last, once the checkpoint is complete. A run killed at any point leaves either a
+// complete checkpoint with its DONE file or one -y 1 does not use; files being written are
+// name.tmp until renamed (data/io.h's AtomicFile), and leftovers are removed at the next start.
+#pragma once
+#include <glob.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../data/io.h"
+
+// dir/model_00000020.bin etc.; kind "DONE" has no extension
+inline std::string checkpoint_path(const std::string& dir, const char* kind, int step) {
+    char name[64];
+    snprintf(name, sizeof(name), "/%s_%08d%s", kind, step, strcmp(kind, "DONE") == 0 ? "" : ".bin");
+    return dir + name;
+}
+
+inline bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// the highest N with DONE_N, model_N.bin and state_N.bin in dir; 0 if none
+inline int latest_checkpoint(const std::string& dir) {
+    glob_t g;
+    int best = 0;
+    if (glob((dir + "/DONE_*").c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const int n = atoi(strrchr(g.gl_pathv[i], '_') + 1);
+            if (n > best && file_exists(checkpoint_path(dir, "model", n)) && file_exists(checkpoint_path(dir, "state", n)))
+                best = n;
+        }
+        globfree(&g);
+    }
+    return best;
+}
+
+// marks the checkpoint at step complete
+inline void write_done(const std::string& dir, int step) {
+    FILE* f = open_file(checkpoint_path(dir, "DONE", step), "w");
+    if (fclose(f) != 0) fatal(1, "%s: write failed", checkpoint_path(dir, "DONE", step).c_str());
+}
+
+// DONE first, so a checkpoint half removed is never taken for a complete one
+inline void remove_checkpoint(const std::string& dir, int step) {
+    for (const char* kind : {"DONE", "model", "state"}) remove(checkpoint_path(dir, kind, step).c_str());
+}
+
+// -nk / -nm as llm.c: after the checkpoint at `step`, the one `keep` checkpoints back goes,
+// unless it is a major one (a multiple of `major`). 0: nothing to delete.
+inline int checkpoint_to_delete(int step, int checkpoint_every, int keep, int major) {
+    const int old = step - keep * checkpoint_every;
+    if (checkpoint_every <= 0 || keep <= 0 || old <= 0 || (major > 0 && old % major == 0)) return 0;
+    return old;
+}
+
+// *.tmp files a killed run was writing
+inline void remove_partial_writes(const std::string& dir) {
+    glob_t g;
+    if (glob((dir + "/*.tmp").c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) remove(g.gl_pathv[i]);
+        globfree(&g);
+    }
+}
+
+// A run resumed at `step` appends to main.log; first the lines the killed run wrote for steps
+// from `step` on are dropped (they will be written again). Lines are "s:<step> ...".
+inline void truncate_log(const std::string& path, int step) {
+    FILE* in = fopen(path.c_str(), "r");
+    if (in == nullptr) return;  // no log yet
+    AtomicFile out(path);
+    for (char line[4096]; fgets(line, sizeof(line), in);) {
+        if (strncmp(line, "s:", 2) == 0 && atoi(line + 2) >= step) continue;
+        out.write(line, strlen(line));
+    }
+    fclose(in);
+    out.commit();
+}
