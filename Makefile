@@ -12,11 +12,11 @@ OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
 ifeq ($(NO_BLAS),1)
   BLAS_LIBS =
   CXXFLAGS += -DNO_BLAS
-else ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
-  BLAS_LIBS = -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP) -lopenblas
 else
-  BLAS_LIBS = -lopenblas
+  # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
+  BLAS_LIBS = $(if $(shell test -e $(OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(OPENBLAS_OMP)) -lopenblas
 endif
+comma = ,
 SHARED ?= ../shared/data
 
 ifeq ($(NO_MPI),1)

@@ -34,11 +34,11 @@ NVCC_OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
 ifeq ($(NO_BLAS),1)
   NVCC_BLAS_LIBS =
   NVCC_PRECISION += -DNO_BLAS
-else ifneq ($(wildcard $(NVCC_OPENBLAS_OMP)/libopenblas.so),)
-  NVCC_BLAS_LIBS = -L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath,$(NVCC_OPENBLAS_OMP) -lopenblas
 else
-  NVCC_BLAS_LIBS = -lopenblas
+  # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
+  NVCC_BLAS_LIBS = $(if $(shell test -e $(NVCC_OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath$(nvcc_comma)$(NVCC_OPENBLAS_OMP)) -lopenblas
 endif
+nvcc_comma = ,
 NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
 # everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
