@@ -14,9 +14,8 @@ ifeq ($(NO_BLAS),1)
   CXXFLAGS += -DNO_BLAS
 else
   # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
-  BLAS_LIBS = $(if $(shell test -e $(OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(OPENBLAS_OMP) -Wl$(comma)-rpath$(comma)$(OPENBLAS_OMP)) -lopenblas
+  BLAS_LIBS = $(if $(shell test -e $(OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(OPENBLAS_OMP) -Xlinker -rpath=$(OPENBLAS_OMP)) -lopenblas
 endif
-comma = ,
 SHARED ?= ../shared/data
 
 ifeq ($(NO_MPI),1)

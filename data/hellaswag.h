@@ -98,16 +98,15 @@ public:
         : examples_(read_eval_file(path, vocab)), B_(B), rank_(rank) {
         if (B < kEndings) fatal(2, "-h 1 needs -b %d or more: an example's %d endings share one batch", kEndings, kEndings);
         for (size_t i = 0; i < examples_.size(); i++) {
-            if (examples_[i].tokens() > T)
-                fatal(2, "%s: example %zu needs %d tokens (context and longest ending), more than -t %d", path.c_str(), i,
-                      examples_[i].tokens(), T);
-            T_ = std::max(T_, examples_[i].tokens());  // the forward pass needs no more
+            const int tokens = examples_[i].tokens();
+            if (tokens > T)
+                fatal(2, "%s: example %zu needs %d tokens (context and longest ending), more than -t %d", path.c_str(), i, tokens, T);
+            T_ = std::max(T_, tokens);  // the forward pass needs no more
         }
         per_rank_ = ((int)examples_.size() + world - 1) / world;
         batches_ = (per_rank_ + B / kEndings - 1) / (B / kEndings);
     }
     int size() const { return (int)examples_.size(); }
-    const std::vector<EvalExample>& examples() const { return examples_; }
 
     // Scores every example (this rank's share, counts summed over ranks). Model: forward(inputs,
     // targets, B, T, dloss) and losses(), the per-position losses of the last forward.

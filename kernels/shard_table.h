@@ -30,3 +30,21 @@ struct ShardTable {
 __host__ __device__
 #endif
 inline uint64_t rounding_index(const ShardTensor& t, size_t i) { return t.flat_index + i; }
+
+#ifdef __CUDACC__
+// The table entry holding element e: *j < 0 finds it by bisection, later calls walk on from
+// there (a thread's elements only grow, and the table has one entry per tensor, 580 at d48).
+__device__ inline const ShardTensor& entry_of(const ShardTensor* table, int count, size_t e, int* j) {
+    if (*j < 0) {
+        int lo = 0, hi = count - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (table[mid].start <= e) lo = mid;
+            else hi = mid - 1;
+        }
+        *j = lo;
+    }
+    while (table[*j].start + table[*j].n <= e) ++*j;
+    return table[*j];
+}
+#endif

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from hf_gpt2 import MERGES_FILES, VOCAB_FILES, ConversionError, find_file, flat_to_hf, parser, run
+from hf_gpt2 import CONFIG_KEYS, MERGES_FILES, VOCAB_FILES, ConversionError, find_file, flat_to_hf, parser, run
 from llmc_checkpoint import read_checkpoint
 
 GPT2_EOT = 50256
@@ -41,7 +41,7 @@ def write_hf(out_dir, cfg, flat, dtype, tokenizer):
     tensors = {"transformer." + k: torch.from_numpy(v).to(torch_dtype) for k, v in flat_to_hf(flat, cfg).items()}
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     eot = min(GPT2_EOT, cfg["V"] - 1)  # GPT-2's end-of-text, or the last token of a smaller vocabulary
-    GPT2Config(vocab_size=cfg["V"], n_positions=cfg["maxT"], n_embd=cfg["C"], n_layer=cfg["L"], n_head=cfg["NH"],
+    GPT2Config(**{hf_key: cfg[key] for key, hf_key in CONFIG_KEYS},
                bos_token_id=eot, eos_token_id=eot, architectures=["GPT2LMHeadModel"],
                torch_dtype=dtype).save_pretrained(out_dir)
     if tokenizer is not None:

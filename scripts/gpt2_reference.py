@@ -24,8 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from llmc_checkpoint import (CheckpointError, num_params, param_shapes, read_checkpoint, split as split_params,
-                             write_checkpoint)
+from llmc_checkpoint import (CheckpointError, num_params, pad_vocab, param_shapes, read_checkpoint,
+                             split as split_params, write_checkpoint)
 
 DEBUG_MAGIC = 20240327
 HEADER_INTS = 256
@@ -199,7 +199,7 @@ def parse_config(s):
         cfg[k] = int(val)
     if len(cfg) != 5 or cfg["C"] % cfg["NH"]:
         raise FixtureError(f"--config needs L,NH,C,V,maxT with C divisible by NH, got '{s}'")
-    cfg["Vp"] = (cfg["V"] + 127) // 128 * 128
+    cfg["Vp"] = pad_vocab(cfg["V"])
     return cfg
 
 

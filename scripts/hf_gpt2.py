@@ -28,6 +28,8 @@ PER_LAYER = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln
 # buffers, not parameters (the causal mask and its fill value), which older files carry; the dot
 # keeps c_attn.bias out
 BUFFERS = (".attn.bias", ".attn.masked_bias")
+# llm.c's header fields and the config.json keys that carry them
+CONFIG_KEYS = (("L", "n_layer"), ("NH", "n_head"), ("C", "n_embd"), ("V", "vocab_size"), ("maxT", "n_positions"))
 
 # GPT-2's tokenizer files: Hugging Face's names, then OpenAI's (the same contents)
 VOCAB_FILES = ("vocab.json", "encoder.json")

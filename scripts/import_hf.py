@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
 import data_common  # noqa: E402
-from hf_gpt2 import (BUFFERS, MERGES_FILES, VOCAB_FILES, ConversionError, find_file, hf_tensor_shapes,  # noqa: E402
+from hf_gpt2 import (BUFFERS, CONFIG_KEYS, MERGES_FILES, VOCAB_FILES, ConversionError, find_file, hf_tensor_shapes,  # noqa: E402
                      hf_to_flat, parser, run)
 from llmc_checkpoint import VERSION_FOR_DTYPE, pad_vocab, write_checkpoint  # noqa: E402
 
@@ -50,7 +50,7 @@ def llmc_config(directory):
     if c.get("model_type") != "gpt2":
         raise ConversionError(f"{path}: model_type is {c.get('model_type')!r}, expected 'gpt2'")
     cfg = {}
-    for key, hf_key in (("L", "n_layer"), ("NH", "n_head"), ("C", "n_embd"), ("V", "vocab_size"), ("maxT", "n_positions")):
+    for key, hf_key in CONFIG_KEYS:
         v = c.get(hf_key)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ConversionError(f"{path}: {hf_key} is {v!r}, expected a positive integer")

@@ -142,10 +142,10 @@ class HellaSwag(unittest.TestCase):
         self.assertEqual(examples, expected)
         stream_bytes = os.path.getsize(FIX.bin) - 1024
         self.assertEqual(header[:3].tolist(), [20240522, 1, len(EXAMPLES)])
-        longest = max(2 * (5 + 1 + len(c) + sum(1 + len(e) for e in ends)) for _, c, ends in expected)
-        self.assertEqual(header[3], longest)
+        sizes = [2 * (5 + 1 + len(c) + sum(1 + len(e) for e in ends)) for _, c, ends in expected]
+        self.assertEqual(header[3], max(sizes))
         self.assertTrue(np.all(header[4:] == 0))
-        self.assertEqual(stream_bytes, sum(2 * (5 + 1 + len(c) + sum(1 + len(e) for e in ends)) for _, c, ends in expected))
+        self.assertEqual(stream_bytes, sum(sizes))
 
     def test_bad_jsonl_is_one_line_and_no_file(self):
         good = json.loads(read(FIX.jsonl).splitlines()[0])

@@ -12,22 +12,6 @@
 
 namespace gpu {
 
-// The table entry holding element e: *j < 0 finds it by bisection, later calls walk on from
-// there (a thread's elements only grow, and the table has one entry per tensor, 580 at d48).
-__device__ inline const ShardTensor& entry_of(const ShardTensor* table, int count, size_t e, int* j) {
-    if (*j < 0) {
-        int lo = 0, hi = count - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (table[mid].start <= e) lo = mid;
-            else hi = mid - 1;
-        }
-        *j = lo;
-    }
-    while (table[*j].start + table[*j].n <= e) ++*j;
-    return table[*j];
-}
-
 __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads, float* m, float* v,
                              const ShardTensor* table, int count, size_t total, float lr, float beta1, float beta2,
                              float bc1, float bc2, float eps, float wd, float grad_scale, uint32_t seed) {

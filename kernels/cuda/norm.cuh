@@ -5,7 +5,7 @@
 #pragma once
 #include <algorithm>
 
-#include "adamw.cuh"  // entry_of
+#include "../shard_table.h"
 #include "common.cuh"
 
 namespace gpu {
