@@ -1,4 +1,4 @@
-// GPT-2 training in one file: the model, its checkpoint format, the training loop and main().
+// GPT-2 training in one file: the model, the flags, the training loop and main().
 // Kernels come from a backend (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built
 // with nvcc); who holds which parameters, gradients and optimizer state across ranks is zero/'s
 // business. Everything here runs the same on both backends.
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "data/checkpoint.h"
 #include "data/dataloader.h"
 #include "data/hellaswag.h"
 #include "data/io.h"
@@ -46,61 +47,31 @@
 // ----------------------------------------------------------------------------
 // model shape and parameter layout
 
-struct GPT2Config {
-    int max_seq_len = 1024;  // maxT
-    int vocab_size = 50257;  // V
-    int padded_vocab_size = 50304;  // Vp: V rounded up to 128, for aligned matmuls
-    int num_layers = 12;     // L
-    int num_heads = 12;      // NH
-    int channels = 768;      // C
-};
-
-inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
-
-// The 16 parameter tensors in llm.c's order, which is also the checkpoint's order.
-enum Param { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB,
-             FCPROJW, FCPROJB, LNFW, LNFB, NUM_PARAM_TENSORS };
 // Within a layer's group: the tensors LN1W..FCPROJB, in order. Group 0 is {WTE, WPE}, groups
 // 1..L the layers, group L+1 {LNFW, LNFB}.
 enum LayerParam { L_LN1W, L_LN1B, L_QKVW, L_QKVB, L_ATTPROJW, L_ATTPROJB, L_LN2W, L_LN2B, L_FCW,
                   L_FCB, L_FCPROJW, L_FCPROJB, NUM_LAYER_TENSORS };
 
-struct ParamLayout {
-    size_t size[NUM_PARAM_TENSORS];
-    size_t offset[NUM_PARAM_TENSORS];
-    size_t total = 0;
+// weight decay goes to the 2-D weights only, as in GPT-2
+inline bool decays(int p) { return p == WTE || p == WPE || p == QKVW || p == ATTPROJW || p == FCW || p == FCPROJW; }
 
-    explicit ParamLayout(const GPT2Config& c) {
-        const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
-        const size_t sizes[NUM_PARAM_TENSORS] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
-                                                 L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
-                                                 L * C * 4 * C, L * C, C, C};
-        for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-            size[i] = sizes[i];
-            offset[i] = total;
-            total += sizes[i];
+// the groups zero/ communicates by: embedding, one per layer, final layernorm
+inline std::vector<std::vector<TensorSlice>> param_groups(const GPT2Config& c) {
+    const ParamLayout p(c);
+    const int L = c.num_layers;
+    std::vector<std::vector<TensorSlice>> g;
+    g.push_back({{p.offset[WTE], p.size[WTE], true}, {p.offset[WPE], p.size[WPE], true}});
+    for (int l = 0; l < L; l++) {
+        std::vector<TensorSlice> layer;
+        for (int t = LN1W; t <= FCPROJB; t++) {
+            size_t per_layer = p.size[t] / L;
+            layer.push_back({p.offset[t] + l * per_layer, per_layer, decays(t)});
         }
+        g.push_back(layer);
     }
-    // weight decay goes to the 2-D weights only, as in GPT-2
-    static bool decays(int p) {
-        return p == WTE || p == WPE || p == QKVW || p == ATTPROJW || p == FCW || p == FCPROJW;
-    }
-    // the groups zero/ communicates by: embedding, one per layer, final layernorm
-    std::vector<std::vector<TensorSlice>> groups(int L) const {
-        std::vector<std::vector<TensorSlice>> g;
-        g.push_back({{offset[WTE], size[WTE], true}, {offset[WPE], size[WPE], true}});
-        for (int l = 0; l < L; l++) {
-            std::vector<TensorSlice> layer;
-            for (int p = LN1W; p <= FCPROJB; p++) {
-                size_t per_layer = size[p] / L;
-                layer.push_back({offset[p] + l * per_layer, per_layer, decays(p)});
-            }
-            g.push_back(layer);
-        }
-        g.push_back({{offset[LNFW], size[LNFW], false}, {offset[LNFB], size[LNFB], false}});
-        return g;
-    }
-};
+    g.push_back({{p.offset[LNFW], p.size[LNFW], false}, {p.offset[LNFB], p.size[LNFB], false}});
+    return g;
+}
 
 // Model shapes by name, as llm.c derives them: "dX" or "gpt2:dX" is GPT-2 of depth X (d12 124M,
 // d24 350M, d36 774M, d48 1558M, and llm.c's unofficial d6, d60, d72, d84); "gpt3:cX" is GPT-3 of
@@ -184,130 +155,9 @@ inline std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
         if (p == LN1W || p == LN2W || p == LNFW) std::fill_n(params.data() + layout.offset[p], layout.size[p], 1.0f);
         else if (p == WTE) fill_normal(p, 0.02f, (size_t)c.vocab_size * c.channels);  // padded rows stay 0
         else if (p == ATTPROJW || p == FCPROJW) fill_normal(p, residual_std, layout.size[p]);
-        else if (ParamLayout::decays(p)) fill_normal(p, 0.02f, layout.size[p]);
+        else if (decays(p)) fill_normal(p, 0.02f, layout.size[p]);
     }
     return params;
-}
-
-// ----------------------------------------------------------------------------
-// checkpoints: llm.c's format. int32 header[256]: magic 20240326, version (3: fp32, 5: bf16),
-// maxT, V, L, NH, C, Vp; then the parameters in ParamLayout's order.
-
-constexpr int kCheckpointMagic = 20240326;
-
-inline float bf16_bits_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
-    FILE* f = open_file(path, "rb");
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the checkpoint header");
-    if (h[0] != kCheckpointMagic) fatal(1, "%s: bad magic %d in checkpoint (expected %d)", path.c_str(), h[0], kCheckpointMagic);
-    if (h[1] != 3 && h[1] != 5) fatal(1, "%s: unsupported checkpoint version %d (expected 3 for fp32 or 5 for bf16)", path.c_str(), h[1]);
-    c->max_seq_len = h[2];
-    c->vocab_size = h[3];
-    c->num_layers = h[4];
-    c->num_heads = h[5];
-    c->channels = h[6];
-    c->padded_vocab_size = h[7];
-    if (h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] <= 0 || h[6] <= 0 || h[6] % h[5] != 0 || h[7] < h[3])
-        fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]);
-    ParamLayout layout(*c);
-    const size_t elem = h[1] == 3 ? 4 : 2, expected = sizeof(h) + layout.total * elem;
-    if (file_size(f) != expected)
-        fatal(1, "%s: checkpoint is %zu bytes, expected %zu for this header", path.c_str(), file_size(f), expected);
-    std::vector<float> params(layout.total);
-    if (elem == 4) {
-        read_exact(params.data(), layout.total * 4, f, path, "parameters");
-    } else {
-        std::vector<uint16_t> raw(layout.total);
-        read_exact(raw.data(), layout.total * 2, f, path, "parameters");
-        for (size_t i = 0; i < raw.size(); i++) params[i] = bf16_bits_to_float(raw[i]);
-    }
-    fclose(f);
-    return params;
-}
-
-inline void write_checkpoint(const std::string& path, const GPT2Config& c, const std::vector<float>& params) {
-    int32_t h[256] = {kCheckpointMagic, 3, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    AtomicFile f(path);
-    f.write(h, sizeof(h));
-    f.write(params.data(), params.size() * sizeof(float));
-    f.commit();
-}
-
-// State beside each checkpoint, for -y: what a run needs besides the parameters to continue bit
-// for bit. int32 header[256]: magic 20240527, version 3 (llm.c's version 1 keeps one file per
-// rank; this one is unsharded, so a run may resume with another ZeRO stage or world size),
-// completed steps, 1 if master weights follow, then as uint64 from int 4 on: the parameter
-// count, the sampling generator's state, and the training loader's position (windows read by
-// all ranks), window size, windows per epoch and shuffle seed; int 16: 1 if shuffled. Then fp32
-// m, v and, if present, the master weights, each in the checkpoint's parameter order; if
-// shuffled, the current epoch's window order (uint32 per window); then the loss and
-// gradient-norm outlier detectors (OutlierDetector::State each).
-constexpr int kStateMagic = 20240527;
-constexpr int kStateVersion = 3;
-
-struct OptimizerState {
-    int step = 0;
-    uint64_t sample_rng = 0;
-    std::vector<float> m, v, master;  // master empty when the run keeps none
-    LoaderState loader;
-    OutlierDetector::State loss_z{}, grad_z{};
-};
-
-inline void write_state(const std::string& path, const OptimizerState& s) {
-    int32_t h[256] = {kStateMagic, kStateVersion, s.step, s.master.empty() ? 0 : 1};
-    const uint64_t u64[] = {s.m.size(), s.sample_rng, s.loader.position, s.loader.window, s.loader.windows, s.loader.seed};
-    memcpy(h + 4, u64, sizeof(u64));
-    h[16] = s.loader.shuffled;
-    AtomicFile f(path);
-    f.write(h, sizeof(h));
-    for (const auto* x : {&s.m, &s.v, &s.master}) f.write(x->data(), x->size() * sizeof(float));
-    f.write(s.loader.order.data(), s.loader.order.size() * sizeof(uint32_t));
-    f.write(&s.loss_z, sizeof(s.loss_z));
-    f.write(&s.grad_z, sizeof(s.grad_z));
-    f.commit();
-}
-
-inline OptimizerState read_state(const std::string& path, size_t num_params, bool want_master) {
-    FILE* f = open_file(path, "rb");
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the state header");
-    if (h[0] != kStateMagic) fatal(1, "%s: bad magic %d in optimizer state (expected %d)", path.c_str(), h[0], kStateMagic);
-    if (h[1] != kStateVersion) fatal(1, "%s: unsupported optimizer state version %d (expected %d)", path.c_str(), h[1], kStateVersion);
-    OptimizerState s;
-    uint64_t u64[6];
-    memcpy(u64, h + 4, sizeof(u64));
-    const uint64_t count = u64[0];
-    s.step = h[2];
-    s.sample_rng = u64[1];
-    s.loader.position = u64[2], s.loader.window = u64[3], s.loader.windows = u64[4], s.loader.seed = u64[5];
-    s.loader.shuffled = h[16];
-    if (count != num_params) fatal(1, "%s: state for %llu parameters, the model has %zu", path.c_str(), (unsigned long long)count, num_params);
-    const size_t arrays = h[3] ? 3 : 2, order = s.loader.shuffled ? s.loader.windows : 0;
-    const size_t expected = sizeof(h) + arrays * count * sizeof(float) + order * sizeof(uint32_t) + 2 * sizeof(OutlierDetector::State);
-    if (file_size(f) != expected) fatal(1, "%s: optimizer state is %zu bytes, expected %zu", path.c_str(), file_size(f), expected);
-    for (auto* x : {&s.m, &s.v}) {
-        x->resize(count);
-        read_exact(x->data(), count * sizeof(float), f, path, "optimizer state");
-    }
-    if (h[3] && want_master) {
-        s.master.resize(count);
-        read_exact(s.master.data(), count * sizeof(float), f, path, "master weights");
-    } else if (h[3]) {
-        fseek(f, (long)(count * sizeof(float)), SEEK_CUR);
-    }
-    s.loader.order.resize(order);
-    read_exact(s.loader.order.data(), order * sizeof(uint32_t), f, path, "the window order");
-    read_exact(&s.loss_z, sizeof(s.loss_z), f, path, "the outlier detectors");
-    read_exact(&s.grad_z, sizeof(s.grad_z), f, path, "the outlier detectors");
-    fclose(f);
-    return s;
 }
 
 // ----------------------------------------------------------------------------
@@ -341,7 +191,6 @@ public:
         lnf_stats_ = alloc<float>(2 * BT);
         logits_ = alloc<floatX>(BT * Vp);
         losses_ = alloc<float>(BT);
-        loss_sum_ = alloc<double>(1);
         inputs_ = alloc<int>(BT);
         targets_ = alloc<int>(BT);
         activation_bytes_ = allocated_;
@@ -362,8 +211,9 @@ public:
     const GPT2Config& config() const { return c_; }
 
     // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
-    // computes the loss and adds its mean over the batch to take_loss_sum()'s, and with
-    // dloss != 0 leaves d(loss)/d(logits) in place for backward().
+    // computes each position's loss (device_losses(), losses()), and with dloss != 0 leaves
+    // d(loss)/d(logits) in place for backward(). It adds nothing up: a caller that wants a sum of
+    // losses keeps its own LossSum.
     void forward(const int* inputs, const int* targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
         zero_.begin_micro_step();
@@ -392,14 +242,6 @@ public:
         if (targets == nullptr) return;
         Backend::from_host_pinned(targets_, targets, BT * sizeof(int));
         Backend::fused_classifier(logits_, losses_, targets_, dloss, BT, c_.vocab_size, c_.padded_vocab_size);
-        Backend::mean_loss_add(loss_sum_, losses_, BT);
-    }
-    // the sum of the batch losses since the last call: the one read of the device per step
-    double take_loss_sum() {
-        double sum = 0.0;
-        Backend::to_host(&sum, loss_sum_, sizeof(double));
-        Backend::zero(loss_sum_, sizeof(double));
-        return sum;
     }
 
     // Backward pass of the last forward (which must have had targets and dloss != 0).
@@ -440,7 +282,9 @@ public:
         zero_.grads_done(0);
     }
 
-    // the per-position losses of the last forward with targets, row b*T+t, copied to the host
+    // the per-position losses of the last forward with targets, row b*T+t, in backend memory
+    const float* device_losses() const { return losses_; }
+    // the same, copied to the host
     const float* losses() {
         host_losses_.resize((size_t)B_ * T_);
         Backend::to_host(host_losses_.data(), losses_, host_losses_.size() * sizeof(float));
@@ -478,7 +322,6 @@ private:
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
     std::vector<float> host_losses_;
-    double* loss_sum_;
     int *inputs_, *targets_;
     floatX *scratch_, *dresidual_, *dbuf_, *dbuf4_;
 };
@@ -497,7 +340,7 @@ struct TrainConfig {
     long total_batch = 0;       // tokens per step; 0: B*T*ranks
     int max_steps = 0;          // 0 (or -1, llm.c's): one epoch of the training data
     float lr = 3e-4f;
-    int warmup = 0;
+    int warmup = -1;            // -1: default_warmup(), by how the run starts
     float final_lr_frac = 1.0f;
     std::string schedule = "cosine";
     float wsd_decay_frac = 0.2f;
@@ -555,7 +398,7 @@ static const Flag kFlags[] = {
     {"-d", "--total-batch", 'l', FIELD(total_batch), 0, 1e12, "tokens per step (0: B*T*ranks); sets accumulation"},
     {"-x", "--max-steps", 'i', FIELD(max_steps), -1, 1e9, "training steps (0 or -1: one epoch)"},
     {"-l", "--lr", 'f', FIELD(lr), 0, 10, "peak learning rate"},
-    {"-u", "--warmup", 'i', FIELD(warmup), 0, 1e9, "warmup steps"},
+    {"-u", "--warmup", 'i', FIELD(warmup), 0, 1e9, "linear warmup steps (default: 0 from a checkpoint, 2/(1-beta2) from random weights)"},
     {"-q", "--final-lr-frac", 'f', FIELD(final_lr_frac), 0, 1, "final learning rate as a fraction of the peak"},
     {"-k", "--schedule", 's', FIELD(schedule), 0, 0, "cosine | linear | constant | wsd"},
     {"", "--wsd-decay-frac", 'f', FIELD(wsd_decay_frac), 0, 1, "wsd: fraction of steps spent decaying"},
@@ -724,35 +567,41 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     comm.abort(1);
 }
 
-// The checkpoint after state.step steps: model_N.bin, state_N.bin (state brings everything but
-// the optimizer's arrays), then DONE_N, then the checkpoint -nk/-nm retire. A collective; rank 0
-// (root) gathers and writes every file, so DONE follows the whole checkpoint.
+// A sum of batch mean losses kept in backend memory, so that a training step reads the device
+// once (take()); each evaluation and the training loss keep their own, so none leaks into another.
 template <class Backend>
-void save_checkpoint(Zero<Backend>& zero, const GPT2Config& mc, const TrainConfig& cfg, OptimizerState state, bool root) {
-    std::vector<float> params(zero.plan().total());
-    zero.save(params.data());
-    for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
-    if (zero.has_master_weights()) state.master.resize(root ? params.size() : 0);
-    zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
-    if (!root) return;
-    const std::string& dir = cfg.output_dir;
-    write_checkpoint(checkpoint_path(dir, "model", state.step), mc, params);
-    write_state(checkpoint_path(dir, "state", state.step), state);
-    write_done(dir, state.step);
-    if (int old = checkpoint_to_delete(state.step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
-        remove_checkpoint(dir, old);
-}
+class LossSum {
+public:
+    LossSum() : sum_((double*)Backend::alloc(sizeof(double))) {}
+    ~LossSum() { Backend::release(sum_); }
+    LossSum(const LossSum&) = delete;
+    LossSum& operator=(const LossSum&) = delete;
+    // adds the mean of the N per-position losses (in backend memory)
+    void add_batch_mean(const float* losses, int N) { Backend::mean_loss_add(sum_, losses, N); }
+    // the sum since the last take(), which starts it again from zero
+    double take() {
+        double sum = 0.0;
+        Backend::to_host(&sum, sum_, sizeof(double));
+        Backend::zero(sum_, sizeof(double));
+        return sum;
+    }
+
+private:
+    double* sum_;
+};
 
 // mean loss of this rank's first `batches` batches from `data`
 template <class Backend>
-double mean_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
+double validation_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    LossSum<Backend> sum;
     data.reset();
     for (int i = 0; i < batches; i++) {
         data.next_batch(inputs.data(), targets.data());
         model.forward(inputs.data(), targets.data(), B, T, 0.0f);
+        sum.add_batch_mean(model.device_losses(), B * T);
     }
-    return model.take_loss_sum() / batches;
+    return sum.take() / batches;
 }
 
 // n tokens sampled one by one after an end-of-text token, from the model's softmax; rng is an
@@ -794,187 +643,276 @@ void note_inapplicable_flags(const TrainConfig& cfg, const Zero<Backend>& zero) 
     if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
 }
 
+// Linear warmup when -u is not given: none from a checkpoint (llm.c's default, whose runs start
+// from pretrained weights), 2/(1-beta2) steps from random weights, the untuned warmup that Ma &
+// Yarats (2021, "On the adequacy of untuned warmup for adaptive optimization") find enough for
+// Adam's second moment to settle (40 steps at beta2 = 0.95): without it a random d12 at lr 3e-4
+// takes steps sized by a v estimated from a handful of gradients, and its loss jumps.
+inline int default_warmup(bool from_random, float beta2) {
+    return from_random ? (int)lround(2.0 / (1.0 - (double)beta2)) : 0;
+}
+
+// Everything a run holds, made from the flags: the model and its ZeRO state, the data, the evals,
+// the log, and where the run is. train() below is its story.
+template <class Backend>
+struct Run {
+    TrainConfig cfg;  // the flags, with the defaults that depend on the run filled in (-u)
+    Communicator& comm;
+    int rank, world;
+    bool chatty;      // rank 0 and not --quiet: prints the run's lines
+    GPT2Config mc;
+    int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
+    long total_batch = 0;
+    std::unique_ptr<DataLoader> train_data, val_data;
+    std::unique_ptr<HellaSwag> hellaswag;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Zero<Backend>> zero;
+    std::unique_ptr<GPT2<Backend>> model;  // after zero: it holds a reference to it
+    LossSum<Backend> train_loss;
+    uint64_t sample_rng;
+    OutlierDetector loss_z, grad_z;
+    FILE* log = nullptr;
+    std::vector<int> inputs, targets;
+
+    Run(const TrainConfig& flags, Communicator& c)
+        : cfg(flags), comm(c), rank(c.rank()), world(c.world()), chatty(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
+          sample_rng((uint64_t)flags.seed * 2654435761u + 1), inputs((size_t)flags.B * flags.T), targets((size_t)flags.B * flags.T) {
+        if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
+        if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
+        const std::string& dir = cfg.output_dir;
+        if (cfg.resume && dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
+        if (rank == 0 && !dir.empty()) {
+            mkdir(dir.c_str(), 0755);
+            remove_partial_writes(dir);
+        }
+        std::vector<float> init;
+        resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
+        if (cfg.resume && resume_step == 0 && chatty) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
+        const bool from_random = config_from_descriptor(cfg.init, &mc);
+        if (resume_step > 0) init = load_checkpoint(checkpoint_path(dir, "model", resume_step), &mc);
+        else if (from_random) init = random_init(mc, (uint64_t)cfg.seed);
+        else init = load_checkpoint(cfg.init, &mc);
+        if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
+        if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
+
+        train_data = std::make_unique<DataLoader>(cfg.train_data, B, T, rank, world, mc.vocab_size);
+        if (cfg.shuffle) train_data->shuffle((uint64_t)cfg.seed);
+        if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world, mc.vocab_size);
+        val_batches = !val_data ? 0 : cfg.val_steps > 0 ? cfg.val_steps : (int)std::max<size_t>(1, val_data->windows() / world);
+        if (cfg.hellaswag) hellaswag = std::make_unique<HellaSwag>(cfg.hellaswag_file, mc.vocab_size, B, T, rank, world);
+        const long tokens_per_micro = (long)B * T * world;
+        total_batch = cfg.total_batch > 0 ? cfg.total_batch : tokens_per_micro;
+        if (total_batch % tokens_per_micro != 0) fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, tokens_per_micro);
+        accum = (int)(total_batch / tokens_per_micro);
+        max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data->total_tokens() / total_batch);
+        open_tokenizer();
+        check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
+
+        zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm, cfg.master_weights == 1);
+        zero->load(init.data());
+        init = std::vector<float>();
+        model = std::make_unique<GPT2<Backend>>(mc, B, T, cfg.recompute, *zero);
+        if (resume_step > 0) restore_state(checkpoint_path(dir, "state", resume_step));
+        print_setup();
+        // a resumed run appends, after dropping what the interrupted one logged past its checkpoint
+        if (rank == 0 && !dir.empty()) {
+            if (resume_step > 0) truncate_log(dir + "/main.log", resume_step);
+            log = open_file(dir + "/main.log", resume_step > 0 ? "a" : "w");
+        }
+    }
+    ~Run() {
+        if (log) fclose(log);
+    }
+
+private:
+    // text samples need the tokenizer; without it (or with another vocabulary) there are none
+    void open_tokenizer() {
+        if (cfg.sample_every <= 0) return;
+        if (FILE* tf = fopen(cfg.tokenizer.c_str(), "rb")) {
+            fclose(tf);
+            tokenizer = std::make_unique<Tokenizer>(cfg.tokenizer);
+            if (tokenizer->vocab_size() != mc.vocab_size) {
+                if (chatty) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
+                tokenizer.reset();
+            }
+        } else if (chatty) {
+            printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
+        }
+    }
+    void restore_state(const std::string& path) {
+        OptimizerState state = read_state(path, zero->plan().total(), zero->has_master_weights());
+        if (zero->has_master_weights() && state.master.empty())
+            fatal(1, "-y 1: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", resume_step);
+        zero->load_state(state.m.data(), state.v.data(), state.master.data());
+        sample_rng = state.sample_rng;
+        train_data->restore(state.loader);
+        if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
+        if (chatty) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
+    }
+    void print_setup() const {
+        if (chatty) {
+            printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", mc.num_layers, mc.num_heads, mc.channels,
+                   mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero->plan().total());
+            printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
+                   Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps, cfg.warmup);
+            printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
+                   cfg.shuffle ? ", shuffled each epoch" : "");
+            note_inapplicable_flags(cfg, *zero);
+        }
+        if (!cfg.quiet) {
+            const ZeroMemory& m = zero->memory();
+            const double MiB = 1 << 20;
+            printf("rank %d memory MiB: parameters %.2f | gradients %.2f | optimizer %.2f | activations %.2f | scratch %.2f | comm buffers %.2f\n",
+                   rank, m.params / MiB, m.grads / MiB, m.optimizer / MiB, model->activation_bytes() / MiB,
+                   model->scratch_bytes() / MiB, m.comm / MiB);
+        }
+    }
+};
+
+// true at multiples of `period` (0: never)
+inline bool every(int period, int step) { return period > 0 && step % period == 0; }
+
+// The evaluations due after `step` updates, logged as s:<step>: validation every -v steps,
+// HellaSwag every -v steps after the first, a text sample every -s steps after the first, and
+// all of them after the last update. They share no state with training.
+template <class Backend>
+void evaluate_when_due(Run<Backend>& run, int step, bool last) {
+    const TrainConfig& cfg = run.cfg;
+    GPT2<Backend>& model = *run.model;
+    if (run.val_data && (every(cfg.val_every, step) || last)) {
+        const double mine = validation_loss(model, *run.val_data, run.val_batches, run.B, run.T);
+        const float val_loss = (float)(run.comm.all_reduce_host(mine) / run.world);
+        if (run.chatty) printf("val loss %.6f\n", val_loss);
+        if (run.log) fprintf(run.log, "s:%d tel:%f\n", step, val_loss);
+    }
+    if (run.hellaswag && ((step > 0 && every(cfg.val_every, step)) || last)) {
+        HellaSwagScore score = run.hellaswag->evaluate(model, run.comm);
+        if (run.chatty) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
+        if (run.log) fprintf(run.log, "s:%d eval:%f\n", step, score.accuracy());
+        if (run.rank == 0 && !cfg.hellaswag_dump.empty()) run.hellaswag->write_losses(cfg.hellaswag_dump, score);
+    }
+    if (run.tokenizer && ((step > 0 && every(cfg.sample_every, step)) || last)) {
+        // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
+        std::string text = sample_text(model, *run.tokenizer, std::min(cfg.gen_len, run.T - 1), run.T, &run.sample_rng);
+        if (run.chatty) printf("generating:\n---\n%s\n---\n", text.c_str());
+    }
+}
+
+// Update number step + 1: the micro-steps' forward and backward, then AdamW, unless the loss or
+// the gradient norm is an outlier (-sl, -sg; every rank sees the same two, so all skip or none).
+template <class Backend>
+StepRecord train_step(Run<Backend>& run, int step) {
+    const TrainConfig& cfg = run.cfg;
+    Zero<Backend>& zero = *run.zero;
+    zero.zero_grads();
+    const float dloss = 1.0f / ((float)run.B * run.T * run.accum * run.world);
+    for (int micro = 0; micro < run.accum; micro++) {
+        if (cfg.overfit) run.train_data->reset();
+        run.train_data->next_batch(run.inputs.data(), run.targets.data());
+        run.model->forward(run.inputs.data(), run.targets.data(), run.B, run.T, dloss);
+        run.train_loss.add_batch_mean(run.model->device_losses(), run.B * run.T);
+        zero.reduce_during_backward(micro == run.accum - 1);
+        run.model->backward(run.B, run.T);
+    }
+    StepRecord r{};
+    r.loss = (float)(run.comm.all_reduce_host(run.train_loss.take() / run.accum) / run.world);
+    r.lr = learning_rate(cfg, step, run.max_steps);
+    r.norm = zero.grad_norm();
+    r.loss_z = run.loss_z.update(r.loss, cfg.skip_loss_z);
+    r.grad_z = run.grad_z.update(r.norm, cfg.skip_grad_z);
+    const bool skip_loss = cfg.skip_loss_z > 0 && r.loss_z > cfg.skip_loss_z, skip_grad = cfg.skip_grad_z > 0 && r.grad_z > cfg.skip_grad_z;
+    r.skipped = skip_loss || skip_grad;
+    if (r.skipped) {
+        if (run.chatty) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
+    } else {
+        zero.update(r.norm, r.lr, AdamHyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, cfg.grad_clip, step + 1,
+                    (uint32_t)cfg.seed + 7919u * step);
+    }
+    return r;
+}
+
+// The step line and its main.log line (s:<step>, as llm.c numbers them: the update's index).
+// MFU on the GPU: per rank, against one GPU's peak.
+template <class Backend>
+void report_step(const Run<Backend>& run, int step, const StepRecord& r, double ms, double elapsed) {
+    const double tok_per_s = run.total_batch / (ms / 1000.0);
+    if (run.chatty) {
+        char mfu[32] = "";
+        if (strcmp(Backend::name, "cuda") == 0) {
+            const double peak = peak_flops(Backend::device_name(), sizeof(typename Backend::floatX) == 2);
+            const double flops = flops_per_token(run.zero->plan().total(), run.mc.num_layers, run.mc.channels, run.T) * (run.total_batch / run.world);
+            if (peak > 0) snprintf(mfu, sizeof(mfu), " | MFU %.1f%%", 100.0 * flops / (ms / 1000.0) / peak);
+            else snprintf(mfu, sizeof(mfu), " | MFU n/a");
+        }
+        printf("step %4d/%d | loss %.6f (%+.2fz) | norm %.4f (%+.2fz) | lr %.2e | %.2f ms | %.0f tok/s%s | elapsed %s | ETA %s\n",
+               step + 1, run.max_steps, r.loss, r.loss_z, r.norm, r.grad_z, r.lr, ms, tok_per_s, mfu, format_duration(elapsed).c_str(),
+               format_duration(eta_seconds(elapsed, step + 1 - run.resume_step, run.max_steps - step - 1)).c_str());
+    }
+    if (run.log) fprintf(run.log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, r.loss, r.norm, r.lr, ms, tok_per_s);
+}
+
+// The checkpoint after `step` updates: model_N.bin (fp32 from an fp32 build, bf16 from a bf16
+// one, as llm.c), state_N.bin (state brings everything but the optimizer's arrays), then DONE_N,
+// then the checkpoint -nk/-nm retire. A collective; rank 0 gathers and writes every file, so
+// DONE follows the whole checkpoint, and the log reaches it first.
+template <class Backend>
+void save_checkpoint(Run<Backend>& run, int step) {
+    Zero<Backend>& zero = *run.zero;
+    const bool root = run.rank == 0;
+    if (run.log) fflush(run.log);
+    std::vector<float> params(zero.plan().total());
+    zero.save(params.data());
+    OptimizerState state;
+    state.step = step;
+    state.sample_rng = run.sample_rng;
+    state.loader = run.train_data->state();
+    state.loss_z = run.loss_z.state();
+    state.grad_z = run.grad_z.state();
+    for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
+    if (zero.has_master_weights()) state.master.resize(root ? params.size() : 0);
+    zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
+    if (!root) return;
+    const TrainConfig& cfg = run.cfg;
+    write_checkpoint(checkpoint_path(cfg.output_dir, "model", step), run.mc, params, checkpoint_version(sizeof(typename Backend::floatX)));
+    write_state(checkpoint_path(cfg.output_dir, "state", step), state);
+    write_done(cfg.output_dir, step);
+    if (int old = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
+        remove_checkpoint(cfg.output_dir, old);
+}
+
+// The story of a run, as llm.c tells it: for step 0..N, first what is due after `step` updates
+// (evaluations, text sample, checkpoint; at N all of them), then stop at N, else one update.
+// Returns each update's record; hook(step, zero) runs after each update (for tests).
 template <class Backend>
 std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
-    const int rank = comm.rank(), world = comm.world();
-    const bool chatty = rank == 0 && !cfg.quiet;
-    if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
-    if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
-    const std::string& dir = cfg.output_dir;
-    if (cfg.resume && dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
-    if (rank == 0 && !dir.empty()) {
-        mkdir(dir.c_str(), 0755);
-        remove_partial_writes(dir);
-    }
-    GPT2Config mc;
-    std::vector<float> init;
-    const int resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
-    if (cfg.resume && resume_step == 0 && chatty) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
-    if (resume_step > 0) {
-        init = load_checkpoint(checkpoint_path(dir, "model", resume_step), &mc);
-    } else if (config_from_descriptor(cfg.init, &mc)) {
-        init = random_init(mc, (uint64_t)cfg.seed);
-    } else {
-        init = load_checkpoint(cfg.init, &mc);
-    }
-    const int B = cfg.B, T = cfg.T, L = mc.num_layers;
-    if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
-
-    DataLoader train_data(cfg.train_data, B, T, rank, world, mc.vocab_size);
-    if (cfg.shuffle) train_data.shuffle((uint64_t)cfg.seed);
-    std::unique_ptr<DataLoader> val_data;
-    if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world, mc.vocab_size);
-    const int val_batches = !val_data ? 0 : cfg.val_steps > 0 ? cfg.val_steps : (int)std::max<size_t>(1, val_data->windows() / world);
-    std::unique_ptr<HellaSwag> hellaswag;
-    if (cfg.hellaswag) hellaswag = std::make_unique<HellaSwag>(cfg.hellaswag_file, mc.vocab_size, B, T, rank, world);
-    const long tokens_per_micro = (long)B * T * world;
-    const long total_batch = cfg.total_batch > 0 ? cfg.total_batch : tokens_per_micro;
-    if (total_batch % tokens_per_micro != 0)
-        fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, tokens_per_micro);
-    const int accum = (int)(total_batch / tokens_per_micro);
-    const int max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data.total_tokens() / total_batch);
-
-    std::unique_ptr<Tokenizer> tokenizer;
-    FILE* tf = cfg.sample_every > 0 ? fopen(cfg.tokenizer.c_str(), "rb") : nullptr;
-    if (tf) {
-        fclose(tf);
-        tokenizer = std::make_unique<Tokenizer>(cfg.tokenizer);
-        if (tokenizer->vocab_size() != mc.vocab_size) {
-            if (chatty) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
-            tokenizer.reset();
-        }
-    } else if (chatty && cfg.sample_every > 0) {
-        printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
-    }
-    check_ranks_agree(comm, cfg, mc, train_data, tokenizer != nullptr);
-
-    Zero<Backend> zero(cfg.zero_stage, ParamLayout(mc).groups(L), comm, cfg.master_weights == 1);
-    zero.load(init.data());
-    init = std::vector<float>();
-    GPT2<Backend> model(mc, B, T, cfg.recompute, zero);
-    uint64_t sample_rng = (uint64_t)cfg.seed * 2654435761u + 1;
-    OutlierDetector loss_z, grad_z;
-    if (resume_step > 0) {
-        const std::string path = checkpoint_path(dir, "state", resume_step);
-        OptimizerState state = read_state(path, zero.plan().total(), zero.has_master_weights());
-        if (zero.has_master_weights() && state.master.empty())
-            fatal(1, "-y 1: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", resume_step);
-        zero.load_state(state.m.data(), state.v.data(), state.master.data());
-        sample_rng = state.sample_rng;
-        train_data.restore(state.loader);
-        if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
-        if (chatty) printf("resuming from step %d of %s\n", resume_step, dir.c_str());
-    }
-
-    if (chatty) {
-        printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", L, mc.num_heads, mc.channels,
-               mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero.plan().total());
-        printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps\n",
-               Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps);
-        printf("train %zu tokens in %zu file(s)%s\n", train_data.total_tokens(), train_data.files().size(),
-               cfg.shuffle ? ", shuffled each epoch" : "");
-        note_inapplicable_flags(cfg, zero);
-    }
-    if (!cfg.quiet) {
-        const ZeroMemory& m = zero.memory();
-        const double MiB = 1 << 20;
-        printf("rank %d memory MiB: parameters %.2f | gradients %.2f | optimizer %.2f | activations %.2f | scratch %.2f | comm buffers %.2f\n",
-               rank, m.params / MiB, m.grads / MiB, m.optimizer / MiB, model.activation_bytes() / MiB,
-               model.scratch_bytes() / MiB, m.comm / MiB);
-    }
-
-    // a resumed run appends, after dropping what the interrupted one logged past its checkpoint
-    FILE* log = nullptr;
-    if (rank == 0 && !dir.empty()) {
-        if (resume_step > 0) truncate_log(dir + "/main.log", resume_step);
-        log = open_file(dir + "/main.log", resume_step > 0 ? "a" : "w");
-    }
-
-    const bool gpu = strcmp(Backend::name, "cuda") == 0;
-    const double peak = gpu ? peak_flops(Backend::device_name(), sizeof(typename Backend::floatX) == 2) : 0.0;
-    // per rank, against one GPU's peak
-    const double flops_per_step = flops_per_token(zero.plan().total(), L, mc.channels, T) * (total_batch / world);
-    const AdamHyper hyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
-    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    Run<Backend> run(cfg, comm);
     std::vector<StepRecord> records;
     const auto run_start = std::chrono::steady_clock::now();
-    for (int step = resume_step; step < max_steps; step++) {
-        const bool last = step == max_steps - 1;
-        if (val_data && (step % cfg.val_every == 0 || last)) {
-            float val_loss = (float)(comm.all_reduce_host(mean_loss(model, *val_data, val_batches, B, T)) / world);
-            if (chatty) printf("val loss %.6f\n", val_loss);
-            if (log) fprintf(log, "s:%d tel:%f\n", step, val_loss);
-        }
-        if (hellaswag && ((cfg.val_every > 0 && step > 0 && step % cfg.val_every == 0) || last)) {
-            HellaSwagScore score = hellaswag->evaluate(model, comm);
-            if (chatty) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
-            if (log) fprintf(log, "s:%d eval:%f\n", step, score.accuracy());
-            if (rank == 0 && !cfg.hellaswag_dump.empty()) hellaswag->write_losses(cfg.hellaswag_dump, score);
-        }
-        if (tokenizer && step > 0 && (step % cfg.sample_every == 0 || last)) {
-            // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
-            std::string text = sample_text(model, *tokenizer, std::min(cfg.gen_len, T - 1), T, &sample_rng);
-            if (chatty) printf("generating:\n---\n%s\n---\n", text.c_str());
-        }
+    for (int step = run.resume_step;; step++) {
+        const bool last = step == run.max_steps;
+        evaluate_when_due(run, step, last);
+        if (!run.cfg.output_dir.empty() && step > run.resume_step && (every(run.cfg.checkpoint_every, step) || last))
+            save_checkpoint(run, step);
+        if (last) break;
 
         Backend::synchronize();
-        auto start = std::chrono::steady_clock::now();
+        const auto start = std::chrono::steady_clock::now();
         comm.reset_counters();  // count this step's training traffic only
         const uint64_t launches_before = Backend::launches();
-        zero.zero_grads();
-        const float dloss = 1.0f / ((float)B * T * accum * world);
-        for (int micro = 0; micro < accum; micro++) {
-            if (cfg.overfit) train_data.reset();
-            train_data.next_batch(inputs.data(), targets.data());
-            model.forward(inputs.data(), targets.data(), B, T, dloss);
-            zero.reduce_during_backward(micro == accum - 1);
-            model.backward(B, T);
-        }
-        const float loss = (float)(comm.all_reduce_host(model.take_loss_sum() / accum) / world);
-        const float lr = learning_rate(cfg, step, max_steps);
-        const float norm = zero.grad_norm();
-        // every rank sees the same loss and norm, so all skip or none
-        const double zl = loss_z.update(loss, cfg.skip_loss_z), zg = grad_z.update(norm, cfg.skip_grad_z);
-        const bool skip_loss = cfg.skip_loss_z > 0 && zl > cfg.skip_loss_z, skip_grad = cfg.skip_grad_z > 0 && zg > cfg.skip_grad_z;
-        if (skip_loss || skip_grad) {
-            if (chatty) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? zl : zg);
-        } else {
-            zero.update(norm, lr, hyper, cfg.grad_clip, step + 1, (uint32_t)cfg.seed + 7919u * step);
-        }
+        records.push_back(train_step(run, step));
         Backend::synchronize();
         const uint64_t launches = Backend::launches() - launches_before;
         const auto now = std::chrono::steady_clock::now();
-        const double ms = std::chrono::duration<double, std::milli>(now - start).count();
-        const double elapsed = std::chrono::duration<double>(now - run_start).count();
-        records.push_back({loss, norm, lr, skip_loss || skip_grad, zl, zg});
-        if (chatty) {
-            char mfu[32] = "";
-            if (gpu && peak > 0) snprintf(mfu, sizeof(mfu), " | MFU %.1f%%", 100.0 * flops_per_step / (ms / 1000.0) / peak);
-            else if (gpu) snprintf(mfu, sizeof(mfu), " | MFU n/a");
-            printf("step %4d/%d | loss %.6f (%+.2fz) | norm %.4f (%+.2fz) | lr %.2e | %.2f ms | %.0f tok/s%s | elapsed %s | ETA %s\n",
-                   step + 1, max_steps, loss, zl, norm, zg, lr, ms, total_batch / (ms / 1000.0), mfu, format_duration(elapsed).c_str(),
-                   format_duration(eta_seconds(elapsed, step + 1 - resume_step, max_steps - step - 1)).c_str());
-        }
-        if (log) fprintf(log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, loss, norm, lr, ms, total_batch / (ms / 1000.0));
-        if (step == 0 && !cfg.quiet) {
+        report_step(run, step, records.back(), std::chrono::duration<double, std::milli>(now - start).count(),
+                    std::chrono::duration<double>(now - run_start).count());
+        if (step == run.resume_step && !run.cfg.quiet) {
             const CommCounters& c = comm.counters();
-            printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", rank,
+            printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", run.rank,
                    (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
-            if (launches > 0) printf("rank %d kernel launches per step: %llu\n", rank, (unsigned long long)launches);
+            if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
         }
-        if (hook) hook(step, zero);
-        if (!dir.empty() && (last || (cfg.checkpoint_every > 0 && (step + 1) % cfg.checkpoint_every == 0))) {
-            if (log) fflush(log);  // the log reaches the checkpoint before its DONE file
-            OptimizerState state;
-            state.step = step + 1;
-            state.sample_rng = sample_rng;
-            state.loader = train_data.state();
-            state.loss_z = loss_z.state();
-            state.grad_z = grad_z.state();
-            save_checkpoint(zero, mc, cfg, std::move(state), rank == 0);
-        }
+        if (hook) hook(step, *run.zero);
     }
-    if (log) fclose(log);
     return records;
 }
 

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     data.next_batch(inputs.data(), targets.data());
 
     SingleComm comm(CpuBackend::copy);
-    Zero<CpuBackend> zero(0, ParamLayout(c).groups(c.num_layers), comm);
+    Zero<CpuBackend> zero(0, param_groups(c), comm);
     zero.load(params.data());
     GPT2<CpuBackend> model(c, 1, T, 0, zero);
     model.forward(inputs.data(), nullptr, 1, T, 0.0f);

@@ -32,7 +32,7 @@ TEST_F(Files, CheckpointRoundTripIsExact) {
     GPT2Config c;
     config_from_descriptor("L=3,NH=2,C=8,V=50,maxT=12", &c);
     std::vector<float> params = random_init(c, 3);
-    write_checkpoint(path("m.bin"), c, params);
+    write_checkpoint(path("m.bin"), c, params, kCheckpointFp32);
     GPT2Config back;
     std::vector<float> loaded = load_checkpoint(path("m.bin"), &back);
     EXPECT_EQ(std::vector<int>({back.max_seq_len, back.vocab_size, back.num_layers, back.num_heads, back.channels,
@@ -68,10 +68,50 @@ TEST_F(Files, LoadsBf16Checkpoint) {
     for (size_t i = 0; i < params.size(); i++) ASSERT_NEAR(loaded[i], params[i], std::fabs(params[i]) / 128 + 1e-30);
 }
 
+// the bf16 nearest to x, ties to an even mantissa, found by comparing the two neighbours in
+// double: the reference for the writer's bit arithmetic
+uint16_t nearest_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint16_t below = (uint16_t)(u >> 16), above = (uint16_t)(below + 1);  // toward zero, away from it
+    const double d_below = std::fabs((double)x - bf16_bits_to_float(below)), d_above = std::fabs((double)x - bf16_bits_to_float(above));
+    if (d_below != d_above) return d_below < d_above ? below : above;
+    return (below & 1) == 0 ? below : above;
+}
+
+// The bf16 build writes version 5, as llm.c's bf16 build does (its parameters are bf16 already,
+// so the file holds them exactly; the fp32 master weights go to the state file), the fp32 build
+// version 3; any other value is rounded to the nearest bf16.
+TEST_F(Files, Bf16BuildWritesVersion5) {
+    EXPECT_EQ(checkpoint_version(sizeof(float)), 3);
+    EXPECT_EQ(checkpoint_version(sizeof(uint16_t)), 5);
+    GPT2Config c;
+    config_from_descriptor("L=3,NH=2,C=8,V=50,maxT=12", &c);
+    std::vector<float> params = random_init(c, 3);
+    for (float& x : params) x = bf16_bits_to_float(nearest_bf16(x));  // what a bf16 build holds
+    write_checkpoint(path("b.bin"), c, params, checkpoint_version(2));
+    std::vector<char> raw = read_bytes(path("b.bin"));
+    const int32_t* h = (const int32_t*)raw.data();
+    EXPECT_EQ(std::vector<int32_t>(h, h + 8), (std::vector<int32_t>{20240326, 5, 12, 50, 3, 2, 8, 128}));
+    EXPECT_EQ(raw.size(), 1024 + params.size() * 2);
+    GPT2Config back;
+    EXPECT_EQ(load_checkpoint(path("b.bin"), &back), params) << "bf16 values must come back exactly";
+
+    std::vector<float> values = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-8f + 0x1p-20f, 0.0f, -0.0f};
+    std::mt19937 rng(9);
+    for (int i = 0; i < 10000; i++) {
+        const uint32_t bits = rng() & 0xbfffffffu;  // any sign and mantissa, exponents below 2^1
+        float x;
+        memcpy(&x, &bits, 4);
+        values.push_back(x);
+    }
+    for (float x : values) ASSERT_EQ(float_to_bf16_bits(x), nearest_bf16(x)) << x;
+}
+
 TEST_F(Files, BadCheckpointsFailWithOneLine) {
     GPT2Config c;
     config_from_descriptor("L=1,NH=1,C=4,V=10,maxT=4", &c);
-    write_checkpoint(path("good.bin"), c, random_init(c, 1));
+    write_checkpoint(path("good.bin"), c, random_init(c, 1), kCheckpointFp32);
     std::vector<char> good = read_bytes(path("good.bin"));
     EXPECT_EXIT(load_checkpoint(path("missing.bin"), &c), ExitedWithCode(1), "cannot open .*missing.bin");
     write_bytes(path("short.bin"), good.data(), 100);

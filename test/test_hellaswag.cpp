@@ -215,4 +215,30 @@ TEST_F(HellaSwagFile, RanksSplitTheExamplesAsLlmcDoes) {
     }
 }
 
+// Scoring runs forward passes with targets between training steps; none of their losses may
+// reach the training loss, nor through it the -sl outlier detector: with -h 1 and -h 0 every
+// step's record is the same bits, also over 140 steps with -sl on (its window full from step 128).
+TEST_F(HellaSwagFile, ScoringNeverReachesTheTrainingLoss) {
+    write_shard(dir_ + "/t.bin", random_tokens(5000, 64, 4));
+    write_shard(dir_ + "/v.bin", random_tokens(2000, 64, 5));
+    TrainConfig cfg = tiny_config(dir_ + "/t.bin", 3);
+    cfg.B = 4;
+    cfg.max_steps = 140;
+    cfg.val_data = dir_ + "/v.bin";
+    cfg.val_every = 3;
+    cfg.val_steps = 1;
+    cfg.skip_loss_z = 3.0f;
+    cfg.hellaswag_file = write(eval_file(seven_examples()));
+    std::vector<StepRecord> runs[2];
+    for (int h = 0; h < 2; h++) {
+        cfg.hellaswag = h;
+        runs[h] = train<CpuBackend>(cfg, single_comm());
+    }
+    ASSERT_EQ(runs[1].size(), runs[0].size());
+    for (size_t i = 0; i < runs[0].size(); i++)
+        ASSERT_EQ(0, memcmp(&runs[1][i], &runs[0][i], sizeof(StepRecord)))
+            << "step " << i << ": loss " << runs[1][i].loss << " with -h 1, " << runs[0][i].loss << " without; skipped "
+            << runs[1][i].skipped << " vs " << runs[0][i].skipped;
+}
+
 }  // namespace

@@ -547,15 +547,17 @@ template <class Backend>
 std::vector<float> train_steps(const GPT2Config& mc, const std::vector<float>& init, const std::vector<int>& tokens,
                                int B, int T, int steps, int recompute, std::vector<float>* norms) {
     SingleComm comm(Backend::copy);
-    Zero<Backend> zero(0, ParamLayout(mc).groups(mc.num_layers), comm);
+    Zero<Backend> zero(0, param_groups(mc), comm);
     zero.load(init.data());
     GPT2<Backend> model(mc, B, T, recompute, zero);
+    LossSum<Backend> loss;
     std::vector<float> losses;
     const AdamHyper hyper{0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < steps; s++) {
         zero.zero_grads();
         model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
-        losses.push_back((float)model.take_loss_sum());
+        loss.add_batch_mean(model.device_losses(), B * T);
+        losses.push_back((float)loss.take());
         model.backward(B, T);
         norms->push_back(zero.step(1e-3f, hyper, 1.0f, s + 1, 42u + s));
     }
@@ -591,17 +593,19 @@ TEST_F(Cuda, LaunchesPerStep) {
     std::vector<float> init = random_init(mc, 5);
     std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 91);
     SingleComm comm(CudaBackend::copy);
-    Zero<CudaBackend> zero(0, ParamLayout(mc).groups(mc.num_layers), comm);
+    Zero<CudaBackend> zero(0, param_groups(mc), comm);
     zero.load(init.data());
     GPT2<CudaBackend> model(mc, B, T, 0, zero);
+    LossSum<CudaBackend> loss;
     uint64_t launches[2];
     for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
         const uint64_t before = CudaBackend::launches();
         zero.zero_grads();
         model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+        loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
         model.backward(B, T);
         zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
-        model.take_loss_sum();
+        loss.take();
         launches[s] = CudaBackend::launches() - before;
     }
     EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16));

@@ -76,13 +76,15 @@ TEST(Model, PaddedVocabularyRowsTakeNoPart) {
     ASSERT_EQ(trimmed.size(), ParamLayout(unpadded).total);
 
     auto loss_and_grads = [&](const GPT2Config& c, const std::vector<float>& params) {
-        Zero<CpuBackend> zero(0, ParamLayout(c).groups(c.num_layers), single_comm());
+        Zero<CpuBackend> zero(0, param_groups(c), single_comm());
         zero.load(params.data());
         GPT2<CpuBackend> model(c, s.B, s.T, 0, zero);
+        LossSum<CpuBackend> sum;
         zero.zero_grads();
         model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
+        sum.add_batch_mean(model.device_losses(), s.B * s.T);
         model.backward(s.B, s.T);
-        const float loss = (float)model.take_loss_sum();
+        const float loss = (float)sum.take();
         return std::make_pair(loss, gradients_to_host(zero));
     };
     auto [loss, grads] = loss_and_grads(f.config, padded);
@@ -160,7 +162,7 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     const DebugState& s = f.state;
     std::vector<float> reference;
     for (int recompute = 0; recompute <= 2; recompute++) {
-        Zero<CpuBackend> zero(0, ParamLayout(f.config).groups(f.config.num_layers), single_comm());
+        Zero<CpuBackend> zero(0, param_groups(f.config), single_comm());
         zero.load(f.params.data());
         GPT2<CpuBackend> model(f.config, s.B, s.T, recompute, zero);
         zero.zero_grads();

@@ -206,11 +206,12 @@ TEST(Flags, LlmcRunScriptsAreAccepted) {
     EXPECT_TRUE(given(c, "-ge"));
     EXPECT_FALSE(given(c, "-w"));
     EXPECT_EXIT(parse({"-pi", "tcp"}), ExitedWithCode(2), "-pi tcp: expected mpi");
-    // llm.c's defaults where its meaning applies here
+    // llm.c's defaults where its meaning applies here; -u's 0 where llm.c's runs start, from a
+    // checkpoint (test Training.WarmupByDefaultOnlyFromRandomWeights: what the run makes of -1)
     TrainConfig d;
     EXPECT_EQ(std::vector<long>({d.B, d.checkpoint_every, d.checkpoints_keep, d.major_every, d.resume, d.val_every, d.val_steps,
                                  d.sample_every, d.gen_len, d.recompute, d.zero_stage, d.master_weights, d.warmup}),
-              std::vector<long>({4, 0, 0, 0, 0, 20, 20, 20, 64, 1, 0, 1, 0}));
+              std::vector<long>({4, 0, 0, 0, 0, 20, 20, 20, 64, 1, 0, 1, -1}));
     EXPECT_EQ(std::vector<float>({d.lr, d.final_lr_frac, d.weight_decay, d.skip_loss_z, d.skip_grad_z}),
               std::vector<float>({3e-4f, 1.0f, 0.0f, 0.0f, 0.0f}));
 }
@@ -413,18 +414,38 @@ TEST_F(Training, ResumeWithNothingToResumeStartsFresh) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
+std::vector<std::string> read_lines(const std::string& path) {
+    std::vector<std::string> lines;
+    FILE* f = open_file(path, "r");
+    for (char buf[512]; fgets(buf, sizeof(buf), f);) lines.push_back(buf);
+    fclose(f);
+    return lines;
+}
+
 // each line of main.log: the step it is for, and its kind (trl, tel)
 std::vector<std::string> log_lines(const std::string& path) {
     std::vector<std::string> lines;
-    FILE* f = open_file(path, "r");
-    for (char buf[512]; fgets(buf, sizeof(buf), f);) {
+    for (const std::string& line : read_lines(path)) {
         char kind[8] = "";
         int step = -1;
-        sscanf(buf, "s:%d %3s", &step, kind);
+        sscanf(line.c_str(), "s:%d %3s", &step, kind);
         lines.push_back(std::to_string(step) + " " + kind);
     }
-    fclose(f);
     return lines;
+}
+
+// tiny_config over 6 steps on new training and validation shards in dir, validating on 2
+// batches every `val_every` steps, writing to dir/out
+TrainConfig validating_config(const std::string& dir, int val_every) {
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    write_shard(dir + "/v.bin", random_tokens(2000, 64, 5));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.val_data = dir + "/v.bin";
+    cfg.val_every = val_every;
+    cfg.val_steps = 2;
+    cfg.max_steps = 6;
+    cfg.output_dir = dir + "/out";
+    return cfg;
 }
 
 // A run killed just before its last checkpoint: its log runs past the checkpoint at step 3, and
@@ -432,15 +453,8 @@ std::vector<std::string> log_lines(const std::string& path) {
 // repeating a step: each line once, in order.
 TEST_F(Training, ResumedRunAppendsToTheLogAndClearsPartialWrites) {
     std::string dir = temp_dir();
-    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
-    write_shard(dir + "/v.bin", random_tokens(2000, 64, 5));
-    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
-    cfg.val_data = dir + "/v.bin";
-    cfg.val_every = 2;
-    cfg.val_steps = 2;
-    cfg.max_steps = 6;
+    TrainConfig cfg = validating_config(dir, 2);
     cfg.checkpoint_every = 3;
-    cfg.output_dir = dir + "/out";
     train<CpuBackend>(cfg, single_comm());
     const std::vector<std::string> whole = log_lines(cfg.output_dir + "/main.log");
     ASSERT_EQ(whole.size(), 6u + 4u) << "6 steps, validation at 0, 2, 4 and the last";
@@ -470,11 +484,9 @@ TEST_F(Training, ValidationReadsInOrder) {
         cfg.shuffle = shuffle;
         cfg.output_dir = dir + "/out" + std::to_string(shuffle);
         train<CpuBackend>(cfg, single_comm());
-        FILE* f = open_file(cfg.output_dir + "/main.log", "r");
-        for (char buf[512]; fgets(buf, sizeof(buf), f);) first_lines[shuffle].push_back(std::string(buf).substr(0, 20));
-        fclose(f);
+        for (const std::string& line : read_lines(cfg.output_dir + "/main.log")) first_lines[shuffle].push_back(line.substr(0, 20));
     }
-    ASSERT_EQ(first_lines[0].size(), 2u) << "validation, then the step";
+    ASSERT_EQ(first_lines[0].size(), 3u) << "validation, the step, validation of the final model";
     EXPECT_EQ(first_lines[0][0], first_lines[1][0]) << "validation loss";
     EXPECT_NE(first_lines[0][1], first_lines[1][1]) << "training loss: another batch when shuffled";
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
@@ -542,6 +554,52 @@ TEST_F(Training, WritesCheckpointsAndLog) {
     for (char buf[256]; fgets(buf, sizeof(buf), log);) lines += strncmp(buf, "s:", 2) == 0 && strstr(buf, "trl:") != nullptr;
     fclose(log);
     EXPECT_EQ(lines, 5);
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// As llm.c's loop: after the last update the evaluations run once more and are logged at s:N,
+// so the last validation loss is the final model's: the one the checkpoint written at step N
+// gives when it is loaded with -e and validated before any update.
+TEST_F(Training, LastValidationIsOfTheFinalModel) {
+    std::string dir = temp_dir();
+    TrainConfig cfg = validating_config(dir, 4);
+    train<CpuBackend>(cfg, single_comm());
+    const std::vector<std::string> log = read_lines(cfg.output_dir + "/main.log");
+    ASSERT_EQ(log_lines(cfg.output_dir + "/main.log"),
+              std::vector<std::string>({"0 tel", "0 trl", "1 trl", "2 trl", "3 trl", "4 tel", "4 trl", "5 trl", "6 tel"}));
+    TrainConfig again = cfg;
+    again.init = checkpoint_path(cfg.output_dir, "model", 6);
+    again.max_steps = 1;
+    again.output_dir = dir + "/again";
+    train<CpuBackend>(again, single_comm());
+    const std::vector<std::string> first = read_lines(again.output_dir + "/main.log");
+    ASSERT_FALSE(first.empty());
+    EXPECT_EQ(log.back().substr(4), first.front().substr(4)) << "s:6 " << log.back() << " vs the checkpoint's s:0 " << first.front();
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// -u not given: 2/(1-beta2) warmup steps from random weights (40 at beta2 0.95), none from a
+// checkpoint (llm.c's default, its runs starting from pretrained weights); -u given: its value.
+TEST_F(Training, WarmupByDefaultOnlyFromRandomWeights) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    ASSERT_EQ(cfg.warmup, -1);
+    cfg.max_steps = 2;
+    cfg.output_dir = dir + "/out";
+    std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm());
+    EXPECT_FLOAT_EQ(r[0].lr, cfg.lr / 40);
+    EXPECT_FLOAT_EQ(r[1].lr, cfg.lr * 2 / 40);
+    TrainConfig c = cfg;
+    c.beta2 = 0.99f;
+    c.output_dir = "";
+    EXPECT_FLOAT_EQ(train<CpuBackend>(c, single_comm())[0].lr, cfg.lr / 200);
+    c.warmup = 0;
+    EXPECT_FLOAT_EQ(train<CpuBackend>(c, single_comm())[0].lr, cfg.lr) << "-u 0 given";
+    c = cfg;
+    c.init = checkpoint_path(cfg.output_dir, "model", 2);
+    c.output_dir = "";
+    EXPECT_FLOAT_EQ(train<CpuBackend>(c, single_comm())[0].lr, cfg.lr) << "from a checkpoint";
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 

@@ -101,19 +101,20 @@ std::vector<float> gradients_to_host(Zero<Backend>& zero) {
 template <class Backend>
 ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::vector<float>& init) {
     SingleComm comm(Backend::copy);
-    Zero<Backend> zero(0, ParamLayout(c).groups(c.num_layers), comm);
+    Zero<Backend> zero(0, param_groups(c), comm);
     zero.load(init.data());
     GPT2<Backend> model(c, s.B, s.T, 0, zero);
+    LossSum<Backend> loss;
     ModelRun run;
     model.forward(s.x.data(), s.y.data(), s.B, s.T, 0.0f);
-    run.loss = (float)model.take_loss_sum();
+    loss.add_batch_mean(model.device_losses(), s.B * s.T);
+    run.loss = (float)loss.take();
     run.logits.resize((size_t)s.B * s.T * s.V);
     for (int row = 0; row < s.B * s.T; row++) model.logits_at(row, run.logits.data() + (size_t)row * s.V);
 
     zero.zero_grads();
     model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
     model.backward(s.B, s.T);
-    model.take_loss_sum();  // the same loss again
     run.grads = gradients_to_host(zero);
 
     zero.load(init.data());  // the steps start from the same parameters
@@ -121,7 +122,8 @@ ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::ve
     for (int step = 0; step < s.steps; step++) {
         zero.zero_grads();
         model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
-        run.losses.push_back((float)model.take_loss_sum());
+        loss.add_batch_mean(model.device_losses(), s.B * s.T);
+        run.losses.push_back((float)loss.take());
         model.backward(s.B, s.T);
         run.norms.push_back(zero.step(s.lr, hyper, s.grad_clip, step + 1, 1234u + step));
     }

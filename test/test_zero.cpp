@@ -110,7 +110,7 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
         GPT2Config mc;
         config_from_descriptor(kModelDesc, &mc);
         ParamLayout layout(mc);
-        const auto groups = layout.groups(mc.num_layers);
+        const auto groups = param_groups(mc);
         auto shard_of = [&](size_t n) { return (uint64_t)((n + N - 1) / N); };
         uint64_t S = 0, S_first = 0, S_last = 0, S_last_layers = 0;
         for (size_t g = 0; g < groups.size(); g++)
@@ -221,7 +221,7 @@ TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
     config_from_descriptor(kModelDesc, &mc);
     const std::vector<float> init = random_init(mc, 3);
     auto run = [&](bool overlap) {
-        Zero<TestBackend> zero(stage, ParamLayout(mc).groups(mc.num_layers), comm);
+        Zero<TestBackend> zero(stage, param_groups(mc), comm);
         zero.load(init.data());
         GPT2<TestBackend> model(mc, kB, kT, 0, zero);
         const AdamHyper hyper{0.9f, 0.95f, 1e-6f, 0.1f};
@@ -262,7 +262,7 @@ TEST_P(ZeroStage, UpdateIsBitIdenticalToOneRank) {
     std::mt19937 rng(5);
     for (float& g : grads) g = bf16_bits_to_float((uint16_t)(0x3a00 + rng() % 0x800));  // 2^-11..2^-9, exact in bf16
     auto update = [&](Communicator& c, int at_stage, bool holds_grads) {
-        Zero<TestBackend> zero(at_stage, layout.groups(mc.num_layers), c);
+        Zero<TestBackend> zero(at_stage, param_groups(mc), c);
         zero.load(init.data());
         zero.zero_grads();
         for (int g = zero.plan().num_groups() - 1; g >= 0; g--) {  // in backward's order
@@ -345,7 +345,7 @@ TEST(ShardTable, RoundingIndexIsTheModelIndexAtEveryStage) {
     GPT2Config mc;
     config_from_descriptor(kModelDesc, &mc);
     ParamLayout layout(mc);
-    const auto groups = layout.groups(mc.num_layers);
+    const auto groups = param_groups(mc);
     for (int N = 1; N <= 4; N++) {
         const PartitionPlan plan(groups, N);
         for (int stage = N == 1 ? 0 : 1; stage <= 3; stage++) {
