@@ -856,7 +856,7 @@ void report_step(const Run<Backend>& run, int step, const StepRecord& r, double 
 // then the checkpoint -nk/-nm retire. A collective; rank 0 gathers and writes every file, so
 // DONE follows the whole checkpoint, and the log reaches it first.
 template <class Backend>
-void save_checkpoint(Run<Backend>& run, int step) {
+void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
     Zero<Backend>& zero = *run.zero;
     const bool root = run.rank == 0;
     if (run.log) fflush(run.log);
@@ -864,7 +864,7 @@ void save_checkpoint(Run<Backend>& run, int step) {
     zero.save(params.data());
     OptimizerState state;
     state.step = step;
-    state.sample_rng = run.sample_rng;
+    state.sample_rng = sample_rng;
     state.loader = run.train_data->state();
     state.loss_z = run.loss_z.state();
     state.grad_z = run.grad_z.state();
@@ -890,9 +890,12 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     const auto run_start = std::chrono::steady_clock::now();
     for (int step = run.resume_step;; step++) {
         const bool last = step == run.max_steps;
+        // the checkpoint keeps the sampler as it was before this step's evaluations: a run
+        // resumed here does them again (its log drops theirs), and must draw the same sample
+        const uint64_t sample_rng_before = run.sample_rng;
         evaluate_when_due(run, step, last);
         if (!run.cfg.output_dir.empty() && step > run.resume_step && (every(run.cfg.checkpoint_every, step) || last))
-            save_checkpoint(run, step);
+            save_checkpoint(run, step, sample_rng_before);
         if (last) break;
 
         Backend::synchronize();

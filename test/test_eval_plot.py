@@ -192,11 +192,11 @@ class HellaSwag(unittest.TestCase):
                 self.assertLess(worst, LOSS_TOL, f"largest difference from the reference: {worst:g}")
                 self.assertEqual(np.argmin(rows[:, 2:], axis=1).tolist(), np.argmin(ref_losses, axis=1).tolist())
                 log = read(os.path.join(out, "main.log"))
-                self.assertIn(f"s:0 eval:{ref['acc_norm']:f}\n", log)
+                self.assertIn(f"s:1 eval:{ref['acc_norm']:f}\n", log)  # at the end: after the update
 
     def test_training_run_logs_hellaswag_every_val_step_and_at_the_end(self):
         steps = [int(m) for m in re.findall(r"^s:(\d+) eval:[0-9.]+$", read(os.path.join(FIX.train_out, "main.log")), re.M)]
-        self.assertEqual(steps, [10, 20, 29])
+        self.assertEqual(steps, [10, 20, 30])  # the last after the 30th update, as llm.c
         self.assertEqual(len(re.findall(r"^HellaSwag: \d+/7 = [0-9.]+$", FIX.train_stdout, re.M)), 3)
 
     def test_missing_file_is_one_line(self):
