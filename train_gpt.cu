@@ -646,6 +646,13 @@ void note_inapplicable_flags(const TrainConfig& cfg, const Zero<Backend>& zero) 
     if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
 }
 
+// --offload cpu keeps fp32 master weights on the host (DeepSpeed's layout); where the backend's
+// parameters are narrower than fp32, -w 0 would ask for none
+inline void check_offload_flags(const TrainConfig& cfg, bool params_narrower_than_fp32) {
+    if (cfg.offload == "cpu" && params_narrower_than_fp32 && cfg.master_weights == 0)
+        fatal(2, "--offload cpu keeps fp32 master weights on the host; it cannot go with -w 0");
+}
+
 // Linear warmup when -u is not given: none from a checkpoint (llm.c's default, whose runs start
 // from pretrained weights), 2/(1-beta2) steps from random weights, the untuned warmup that Ma &
 // Yarats (2021, "On the adequacy of untuned warmup for adaptive optimization") find enough for
@@ -747,8 +754,7 @@ private:
     // --offload cpu: the flags it cannot go with, and whether this rank's state fits in host memory
     void check_offload(const GPT2Config& model) const {
         if (cfg.offload != "cpu") return;
-        if (Backend::has_master_weights && !cfg.master_weights)
-            fatal(2, "--offload cpu keeps fp32 master weights on the host (DeepSpeed's layout); it cannot go with -w 0");
+        check_offload_flags(cfg, Backend::has_master_weights);
         const PartitionPlan plan(param_groups(model), cfg.zero_stage == 0 ? 1 : world);
         check_offload_fits(plan.shard_size(), sizeof(typename Backend::floatX));
     }

@@ -523,6 +523,42 @@ TEST_F(Cuda, AdamWSeedReproducible) {
         << "adamw: rounding depends on where a parameter sits in the shard";
 }
 
+// ZeRO-Offload's host update (G::adamw_update_host, on the CPU's cores) against the GPU's kernel
+// on the same shard: m, v and master within fp32 rounding (the two compilers contract multiply-
+// adds differently), and the parameters rounded with the same random bits, so equal wherever the
+// two masters round alike, which is all but a handful of elements. Parameters and gradients share
+// one host buffer, as in the offload's staging.
+TEST_F(Cuda, HostAdamWMatchesTheGpuKernel) {
+    const size_t n = 100000;
+    std::vector<float> master = random_vec(n, -1, 1, 90), grad = random_vec(n, -1, 1, 91);
+    std::vector<float> m = random_vec(n, -0.1f, 0.1f, 92), v = random_vec(n, 0.0f, 0.01f, 93);
+    for (size_t i = 0; i < n; i++) master[i] += 1e-5f * std::sin((float)i);
+    const std::vector<ShardTensor> entries = flat_pieces(n, {n / 3, n / 2});
+    DevTable table(entries);
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    Dev<X> d_param = up(master), d_grad = up(grad);
+    Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
+    G::adamw_update(d_param.p, G::has_master_weights ? d_master.p : nullptr, d_grad.p, d_m.p, d_v.p, table.table, lr, b1, b2,
+                    eps, wd, scale, 3, 77);
+    // the host's staging: floatX gradients in, floatX parameters out
+    std::vector<X> staging(n);
+    G::to_host(staging.data(), d_grad.p, n * sizeof(X));
+    std::vector<float> h_master = G::has_master_weights ? master : down(up(master));
+    G::adamw_update_host(staging.data(), h_master.data(), staging.data(), m.data(), v.data(), entries.data(),
+                         (int)entries.size(), lr, b1, b2, eps, wd, scale, 3, 77);
+    expect_close(m, down(d_m), {1e-6f, 1e-5f}, "host adamw m");
+    expect_close(v, down(d_v), {1e-6f, 1e-5f}, "host adamw v");
+    if (G::has_master_weights) expect_close(h_master, down(d_master), {1e-6f, 1e-6f}, "host adamw master");
+    std::vector<unsigned char> host_bits(n * sizeof(X)), gpu_bits = bytes(d_param);
+    memcpy(host_bits.data(), staging.data(), host_bits.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&host_bits[i * sizeof(X)], &gpu_bits[i * sizeof(X)], sizeof(X)) != 0;
+    EXPECT_LT(differ, n / 1000) << "host and GPU round " << differ << " of " << n << " parameters differently";
+    std::vector<float> host_params(n);
+    for (size_t i = 0; i < n; i++) host_params[i] = (float)staging[i];
+    expect_close(host_params, down(d_param), kExact, "host adamw parameters");
+}
+
 TEST_F(Cuda, GradNormSquared) {
     for (size_t n : {(size_t)7, (size_t)100003, (size_t)3000000}) {
         SCOPED_TRACE(testing::Message() << "n=" << n);

@@ -47,6 +47,12 @@ TEST(Flags, BadValuesExitWithCode2) {
     EXPECT_EXIT(parse({"--eps", "0"}), ExitedWithCode(2), "--eps 0");
     EXPECT_EXIT(parse({"-k", "step"}), ExitedWithCode(2), "-k step: expected cosine, linear, constant or wsd");
     EXPECT_EXIT(parse({"--device", "tpu"}), ExitedWithCode(2), "--device tpu: expected cpu, cuda or auto");
+    EXPECT_EXIT(parse({"--offload", "nvme"}), ExitedWithCode(2), "--offload nvme: expected none or cpu");
+    // offload keeps fp32 master weights: with bf16 parameters (the CUDA build's) -w 0 cannot be had
+    EXPECT_EXIT(check_offload_flags(parse({"--offload", "cpu", "-w", "0"}), true), ExitedWithCode(2), "cannot go with -w 0");
+    EXPECT_EXIT((check_offload_flags(parse({"--offload", "cpu", "-w", "0"}), false), check_offload_flags(parse({"--offload", "cpu"}), true),
+                 check_offload_flags(parse({"-w", "0"}), true), exit(0)),
+                ExitedWithCode(0), "");
     EXPECT_EXIT(config_from_descriptor("L=2,X=3", new GPT2Config), ExitedWithCode(2), "unknown model descriptor key 'X'");
     EXPECT_EXIT(config_from_descriptor("L=2,NH=3,C=8", new GPT2Config), ExitedWithCode(2), "C=8 is not a multiple of NH=3");
 }
