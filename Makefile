@@ -61,6 +61,7 @@ test/test_kernels_cuda: | prerequisites-test
 endif
 GTEST_MAIN = -lgtest_main
 test/test_zero: GTEST_MAIN =
+test/test_zero: test/recording_comm.h
 test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 

@@ -10,6 +10,8 @@
 // and the windows within each shard in a permuted order. The window numbering above then runs
 // over that order, so the guarantee across ranks still holds. The order of epoch e is drawn
 // from (seed, e) alone: every rank derives it without talking, and any position can be sought.
+// It is std::mt19937_64 seeded with seed ^ (0x9E3779B97F4A7C15 * (e + 1)), shuffling by
+// Fisher-Yates (permute() below) first the shards, then each shard's windows in the new order.
 // state()/restore() carry the position and the current epoch's order through the state file.
 #pragma once
 #include <glob.h>

@@ -52,7 +52,7 @@ test/test_kernels_cuda: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu 
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 # the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs it)
-test/test_zero_cuda: test/test_zero.cpp test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+test/test_zero_cuda: test/test_zero.cpp test/test_util.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 train_gpt_cuda: train_gpt.cu $(CUDA_HEADERS)

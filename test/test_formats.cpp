@@ -1,5 +1,7 @@
 // File formats: llm.c checkpoints, token shards and the tokenizer, read and written; every bad
 // file gets one clear line and exit code 1.
+#include <set>
+
 #include "test_util.h"
 
 namespace {
@@ -317,14 +319,49 @@ TEST_F(Shuffled, EachEpochIsAPermutationOfShardsAndWindows) {
     EXPECT_EQ(read(in_order, kWindows), all_windows) << "without shuffle(), file order";
 }
 
-// 3 ranks read, round by round, what one rank reads: the same order everywhere, across epochs
+// Each epoch's shard order is a permutation drawn from (seed, epoch): every one of the 3! orders
+// comes up in 60 epochs, and each epoch reads exactly what the rule in data/dataloader.h's
+// header gives, derived here again.
+TEST_F(Shuffled, ShardOrderIsDrawnFromSeedAndEpoch) {
+    const uint64_t seed = 5;
+    auto l = loader(0, 1, seed);
+    std::set<std::vector<int>> shard_orders;
+    int not_as_the_rule = 0, first_not = -1;
+    for (int e = 0; e < 60; e++) {
+        std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ull * (e + 1)));
+        auto fisher_yates = [&](std::vector<int>& v) {
+            for (size_t i = v.size(); i > 1; i--) std::swap(v[i - 1], v[rng() % i]);
+        };
+        std::vector<int> shards = {0, 1, 2}, want;
+        fisher_yates(shards);
+        for (int s : shards) {
+            std::vector<int> starts;
+            for (int start : all_windows)
+                if (start / 1000 == s) starts.push_back(start);
+            fisher_yates(starts);
+            want.insert(want.end(), starts.begin(), starts.end());
+        }
+        const std::vector<int> got = read(*l, kWindows);
+        if (got != want && not_as_the_rule++ == 0) first_not = e;
+        std::vector<int> order = {got[0] / 1000};
+        for (int start : got)
+            if (start / 1000 != order.back()) order.push_back(start / 1000);
+        shard_orders.insert(order);
+    }
+    EXPECT_EQ(not_as_the_rule, 0) << "epochs not in the rule's order, the first: " << first_not;
+    EXPECT_EQ(shard_orders.size(), 6u) << "every order of the 3 shards, in 60 epochs";
+}
+
+// R ranks read, round by round, what one rank reads: the same order at every rank count, across
+// shard boundaries and epochs (5 ranks do not divide the 12 windows: epochs end mid-round)
 TEST_F(Shuffled, RanksTogetherReadWhatOneRankReads) {
-    const int R = 3;
-    auto one = loader(0, 1);
-    std::vector<std::unique_ptr<DataLoader>> ranks;
-    for (int r = 0; r < R; r++) ranks.push_back(loader(r, R));
-    for (int k = 0; k < 10; k++)
-        for (int r = 0; r < R; r++) ASSERT_EQ(read(*one, 1), read(*ranks[r], 1)) << "round " << k << " rank " << r;
+    for (int R = 2; R <= 5; R++) {
+        auto one = loader(0, 1);
+        std::vector<std::unique_ptr<DataLoader>> ranks;
+        for (int r = 0; r < R; r++) ranks.push_back(loader(r, R));
+        for (int k = 0; k < 3 * kWindows / R; k++)
+            for (int r = 0; r < R; r++) ASSERT_EQ(read(*one, 1), read(*ranks[r], 1)) << R << " ranks, round " << k << " rank " << r;
+    }
 }
 
 // The state carries position, seed and the current epoch's order: a loader restored from it,

@@ -8,12 +8,14 @@
 //   - final parameters: same tolerance
 //   - bytes held per category and bytes moved per collective: exactly the formulas below
 //   - stage 3: no prefetch miss (every group after the embedding was gathered ahead of use)
+// and, through a RecordingComm, that the collectives start when the design says (Schedule).
 // Built with nvcc (test/test_zero_cuda, see kernels/cuda.mk) the same checks run on the CUDA
 // backend, the ranks sharing one GPU through the MPI communicator; there the tolerance is 1e-4
 // in the fp32 build and 2e-2 in the bf16 one. Bit-exact wherever it is exact on both: the
 // optimizer's update from given gradients, and overlapped against unoverlapped reduction.
 #include <mpi.h>
 
+#include "recording_comm.h"
 #include "test_util.h"
 
 namespace {
@@ -246,6 +248,121 @@ TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
     int differ = memcmp(after.data(), overlapped.data(), after.size() * sizeof(float)) != 0;
     EXPECT_EQ(failures_everywhere(differ), 0) << "norms or parameters differ when groups are reduced during backward";
 }
+
+// The schedule zero/zero.h's header promises, seen through a RecordingComm while train() runs
+// 2 steps of 2 micro-steps, on a model deep enough (L=4) that stage 3's backward must gather.
+// Per micro-step, against the model's events (params(g) wanted, group g's backward done):
+//   - reductions: group g's starts, all of its shard, after its backward is done and before the
+//     next group's (g-1) backward is done; every micro-step at stages 2-3, only the last of the
+//     step at stages 0-1 (none on one rank at stage 0: nothing to sum)
+//   - stage 3 gathers: in forward, group h's starts while group h-1 is computed (group 1's
+//     before the embedding's, which alone is gathered on demand); in backward, group g's after
+//     params(g+1) is wanted and before group g+1's backward is done, except for the groups
+//     still resident from forward (embedding, final layernorm, last two layers); no gather of a
+//     group at the other stages
+//   - each of these collectives but the embedding's is waited for only after the model's next
+//     event: something is computed while it moves
+//   - no collective starts on buffers one in flight uses, each is waited for once
+class Schedule : public ::testing::TestWithParam<int> {};
+TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
+    const int stage = GetParam(), kMicros = 2 * kAccum;
+    const char* deep_model = "L=4,NH=2,C=16,V=200,maxT=16";
+    MpiComm mpi = make_comm(MPI_COMM_WORLD);
+    RecordingComm comm(mpi);
+    TrainConfig cfg = config(stage, kAccum, comm.world());
+    cfg.init = deep_model;
+    cfg.max_steps = kMicros / kAccum;
+    train<TestBackend>(cfg, comm);
+
+    GPT2Config mc;
+    config_from_descriptor(deep_model, &mc);
+    const int L = mc.num_layers, last = L + 1;
+    const PartitionPlan plan(param_groups(mc), stage == 0 ? 1 : comm.world());
+    using What = RecordingComm::What;
+    const std::vector<RecordingComm::Entry>& log = comm.log();
+    std::vector<std::string> problems = comm.misuse();
+
+    // the model's events, in the order forward and backward ask for them, and where each one is logged
+    std::vector<std::pair<What, int>> expected, got;
+    std::vector<long> at;
+    for (int m = 0; m < kMicros; m++) {
+        for (int g = 0; g <= last; g++) expected.push_back({What::ParamsWanted, g});
+        expected.insert(expected.end(), {{What::ParamsWanted, 0}, {What::ParamsWanted, last}, {What::GradsDone, last}});
+        for (int g = L; g >= 1; g--) expected.insert(expected.end(), {{What::ParamsWanted, g}, {What::GradsDone, g}});
+        expected.push_back({What::GradsDone, 0});
+    }
+    for (size_t i = 0; i < log.size(); i++)
+        if (log[i].what == What::ParamsWanted || log[i].what == What::GradsDone) {
+            got.push_back({log[i].what, log[i].group});
+            at.push_back((long)i);
+        }
+    ASSERT_EQ(failures_everywhere(got != expected), 0) << "the model's events are not forward's then backward's, 4 micro-steps";
+    // log positions of each micro-step's events: forward's params(g) wanted, backward's, done(g)
+    const int per_micro = (int)expected.size() / kMicros;
+    std::vector<std::vector<long>> fwd_want(kMicros, std::vector<long>(last + 1)), bwd_want = fwd_want, done = fwd_want;
+    for (size_t k = 0; k < got.size(); k++) {
+        const int m = (int)k / per_micro, g = got[k].second;
+        if (got[k].first == What::GradsDone) done[m][g] = at[k];
+        else (k % per_micro <= (size_t)last ? fwd_want : bwd_want)[m][g] = at[k];
+    }
+    // elements per rank moved for group g by the collectives of a kind started strictly between two positions
+    auto moved = [&](bool (RecordingComm::Entry::*kind)() const, int g, long from, long to) {
+        size_t n = 0;
+        for (long i = from + 1; i < to; i++) n += (log[i].*kind)() && log[i].group == g ? log[i].n : 0;
+        return n;
+    };
+    auto expect_moved = [&](bool (RecordingComm::Entry::*kind)() const, int g, long from, long to, size_t want, const std::string& what) {
+        const size_t n = moved(kind, g, from, to);
+        if (n != want)
+            problems.push_back("group " + std::to_string(g) + ": " + std::to_string(n) + " elements " + what + ", expected " + std::to_string(want));
+    };
+    const auto reduces = &RecordingComm::Entry::reduces, gathers = &RecordingComm::Entry::gathers;
+    const long end = (long)log.size();
+    std::vector<size_t> reduced(last + 1, 0), gathered(last + 1, 0);  // as due, over the run
+    for (int m = 0; m < kMicros; m++) {
+        const std::string micro = " in micro-step " + std::to_string(m);
+        const long start = m > 0 ? done[m - 1][0] : -1;
+        const bool reduce_now = (stage >= 2 || m % kAccum == kAccum - 1) && !(stage == 0 && comm.world() == 1);
+        for (int g = 0; g <= last && reduce_now; g++) {
+            const size_t size = plan.group(g).shard_size;
+            reduced[g] += size;
+            const long until = g > 0 ? done[m][g - 1] : m + 1 < kMicros ? fwd_want[m + 1][0] : end;
+            expect_moved(reduces, g, done[m][g], until, size, "reduced between its backward's end and the next group's" + micro);
+        }
+        for (int h = 0; h <= last && stage == 3; h++) {  // forward
+            const size_t size = plan.group(h).shard_size;
+            gathered[h] += size;
+            // while group h-1 is computed; group 1's from the micro-step's start; the embedding's on demand
+            const long from = h >= 2 ? fwd_want[m][h - 1] : h == 1 ? start : fwd_want[m][0];
+            expect_moved(gathers, h, from, fwd_want[m][std::max(h, 1)], size, "gathered while the group before is computed" + micro);
+        }
+        for (int g = 1; g <= L - 2 && stage == 3; g++) {  // backward
+            const size_t size = plan.group(g).shard_size;
+            gathered[g] += size;
+            expect_moved(gathers, g, bwd_want[m][g + 1], done[m][g + 1], size, "gathered in backward while the group after is computed" + micro);
+        }
+    }
+    // and nothing more: no reduction when none is due, no gather but the ones above
+    for (int g = 0; g <= last; g++) {
+        expect_moved(reduces, g, -1, end, reduced[g], "reduced in all");
+        expect_moved(gathers, g, -1, end, gathered[g], "gathered in all");
+    }
+    // and each collective but the embedding's moves while the model computes: it is waited for
+    // only after the model's next event
+    std::vector<long> waited(log.size() + 1, end);  // by ticket
+    for (long i = 0; i < end; i++)
+        if (log[i].what == What::Wait) waited[log[i].ticket] = i;
+    for (long i = 0; i < end; i++) {
+        const auto next = std::upper_bound(at.begin(), at.end(), i);
+        if (log[i].what == What::Start && log[i].group > 0 && next != at.end() && waited[log[i].ticket] < *next)
+            problems.push_back("group " + std::to_string(log[i].group) + ": collective " + std::to_string(log[i].ticket) +
+                               " waited for before the model computed anything");
+    }
+    std::string first;
+    for (size_t i = 0; i < problems.size() && i < 3; i++) first += "\n  " + problems[i];
+    EXPECT_EQ(failures_everywhere((int)problems.size()), 0) << "stage " << stage << " on " << comm.world() << " rank(s):" << first;
+}
+INSTANTIATE_TEST_SUITE_P(Stages, Schedule, ::testing::Values(0, 1, 2, 3));
 
 // One AdamW step from the same gradients (rank 0 holds them, the others add zeros, so every
 // sum is exact) leaves bit-identical parameters at every stage and rank count as stage 0 on one

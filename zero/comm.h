@@ -63,6 +63,12 @@ public:
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
 
+    // ZeRO's schedule, told to a communicator that records it (test/recording_comm.h); the real
+    // ones ignore it. ParamsWanted: the model asks for group g's parameters; GradsDone: group g's
+    // backward is done; Serves: the collective started next moves group g's parameters or gradients.
+    enum class Event { ParamsWanted, GradsDone, Serves };
+    virtual void note(Event, int group) {}
+
 protected:
     virtual Ticket start_all_reduce(void* buf, size_t n, DType t) = 0;
     virtual Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;

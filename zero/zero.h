@@ -220,6 +220,7 @@ public:
     // Parameters of group g, ready for the kernels. At stage 3 this all-gathers them unless the
     // group's slot already holds them (or waits for the gather prefetch() started).
     Tensors params(int g) {
+        comm_.note(Communicator::Event::ParamsWanted, g);
         const auto& group = plan_.group(g);
         if (stage_ <= 2) return tensors_at(params_full_, group, full_offset);
         int s = slot_of(g);
@@ -267,6 +268,7 @@ public:
     }
     // group g's backward is done: its reduction may start (see the stage table above)
     void grads_done(int g) {
+        comm_.note(Communicator::Event::GradsDone, g);
         if (stage_ >= 2 || reduce_in_backward_) reduce_group(g);
         if (stage_ >= 2) bucket_group_[slot_of(g)] = -1;
     }
@@ -368,6 +370,7 @@ private:
         const auto& group = plan_.group(g);
         int s = slot_of(g);
         if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
+        comm_.note(Communicator::Event::Serves, g);
         gather_[s] = {g, lo, hi, comm_.all_gather_async(param_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
     }
     // Starts summing group g's gradients over ranks, piece by piece through its slot's
@@ -386,6 +389,7 @@ private:
             finish_reduce(s);
             if (stage_ <= 1) pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
             else pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
+            comm_.note(Communicator::Event::Serves, g);
             reduce_[s] = {g, lo, hi,
                           stage_ == 0 ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
                                       : comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_),

@@ -1,0 +1,109 @@
+// A communicator for tests that passes every call on to a real one (so the numbers stay right)
+// and records, in order, each collective's start and wait beside ZeRO's schedule events
+// (Communicator::note), so a test can check when things happen, not only what comes out.
+#pragma once
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../zero/comm.h"
+
+class RecordingComm : public Communicator {
+public:
+    enum class What { Start, Wait, ParamsWanted, GradsDone };
+    enum class Op { AllReduce, ReduceScatter, AllGather };
+    struct Entry {
+        What what;
+        int group;          // the group an event is about, or the one a start serves (-1: not said)
+        Ticket ticket = 0;  // Start, Wait: this communicator's ticket, the start's number from 1
+        Op op = Op::AllReduce;
+        size_t n = 0;  // Start: the collective's n (elements per rank)
+        // Start: the bytes it reads and writes until waited for
+        const char *read_lo = nullptr, *read_hi = nullptr, *write_lo = nullptr, *write_hi = nullptr;
+        bool reduces() const { return what == What::Start && op != Op::AllGather; }
+        bool gathers() const { return what == What::Start && op == Op::AllGather; }
+    };
+
+    explicit RecordingComm(Communicator& inner) : inner_(inner) {
+        rank_ = inner.rank();
+        world_ = inner.world();
+    }
+    const std::vector<Entry>& log() const { return log_; }
+
+    // What the log shows against the design (zero/zero.h): a collective started while one in
+    // flight reads what it writes or writes what it reads (a buffer reused too early), a wait
+    // for no collective or for one already waited for, a collective never waited for. Empty
+    // when there is none; else one line each.
+    std::vector<std::string> misuse() const {
+        std::vector<std::string> out;
+        std::vector<const Entry*> in_flight;
+        auto overlap = [](const char* a_lo, const char* a_hi, const char* b_lo, const char* b_hi) { return a_lo < b_hi && b_lo < a_hi; };
+        for (const Entry& e : log_) {
+            if (e.what == What::Start) {
+                for (const Entry* f : in_flight)
+                    if (overlap(e.write_lo, e.write_hi, f->read_lo, f->read_hi) || overlap(e.write_lo, e.write_hi, f->write_lo, f->write_hi) ||
+                        overlap(e.read_lo, e.read_hi, f->write_lo, f->write_hi))
+                        out.push_back("collective " + std::to_string(e.ticket) + " (group " + std::to_string(e.group) +
+                                      ") started on the buffers of collective " + std::to_string(f->ticket) + " (group " +
+                                      std::to_string(f->group) + "), still in flight");
+                in_flight.push_back(&e);
+            } else if (e.what == What::Wait) {
+                auto it = in_flight.begin();
+                while (it != in_flight.end() && (*it)->ticket != e.ticket) ++it;
+                if (it == in_flight.end()) out.push_back("wait for ticket " + std::to_string(e.ticket) + ", which is not in flight");
+                else in_flight.erase(it);
+            }
+        }
+        for (const Entry* f : in_flight) out.push_back("collective " + std::to_string(f->ticket) + " never waited for");
+        return out;
+    }
+
+    double all_reduce_host(double x) override { return inner_.all_reduce_host(x); }
+    void barrier() override { inner_.barrier(); }
+    void gather_host(const void* send, void* recv, size_t bytes, int root) override { inner_.gather_host(send, recv, bytes, root); }
+    [[noreturn]] void abort(int code) override {
+        inner_.abort(code);
+        exit(code);  // not reached; the compiler does not see it through the virtual call
+    }
+    void wait(Ticket ticket) override {
+        if (ticket == 0) return;  // finished when it started (zero/comm.h)
+        inner_.wait(inner_tickets_.at(ticket - 1));
+        log_.push_back({What::Wait, -1, ticket});
+    }
+    void note(Event event, int group) override {
+        if (event == Event::Serves) serves_ = group;
+        else log_.push_back({event == Event::ParamsWanted ? What::ParamsWanted : What::GradsDone, group});
+    }
+
+protected:
+    Ticket start_all_reduce(void* buf, size_t n, DType t) override {
+        const size_t bytes = n * dtype_size(t);
+        return record(Op::AllReduce, n, buf, bytes, buf, bytes, inner_.all_reduce_async(buf, n, t));
+    }
+    Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = n * dtype_size(t);
+        return record(Op::ReduceScatter, n, send, world_ * bytes, recv, bytes, inner_.reduce_scatter_async(send, recv, n, t));
+    }
+    Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = n * dtype_size(t);
+        return record(Op::AllGather, n, send, bytes, recv, world_ * bytes, inner_.all_gather_async(send, recv, n, t));
+    }
+    void do_broadcast_host(void* buf, size_t bytes, int root) override { inner_.broadcast_host(buf, bytes, root); }
+
+private:
+    // every start gets a ticket of its own, also where the inner one finished at once (ticket 0),
+    // so that every start is matched with its wait
+    Ticket record(Op op, size_t n, const void* read, size_t read_bytes, void* write, size_t write_bytes, Ticket inner) {
+        inner_tickets_.push_back(inner);
+        const Ticket ticket = inner_tickets_.size();
+        const char *r = (const char*)read, *w = (const char*)write;
+        log_.push_back({What::Start, serves_, ticket, op, n, r, r + read_bytes, w, w + write_bytes});
+        serves_ = -1;
+        return ticket;
+    }
+
+    Communicator& inner_;
+    std::vector<Entry> log_;
+    std::vector<Ticket> inner_tickets_;  // by our ticket - 1
+    int serves_ = -1;  // the group the next collective serves, as last noted
+};
