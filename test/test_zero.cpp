@@ -263,15 +263,21 @@ TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
 //   - each of these collectives but the embedding's is waited for only after the model's next
 //     event: something is computed while it moves
 //   - no collective starts on buffers one in flight uses, each is waited for once
-class Schedule : public ::testing::TestWithParam<int> {};
+// The same with --offload cpu, whose update comes between the steps' collectives; and there each
+// group's gradients leave for the host once per step, in the step's last backward, as soon as
+// their reduction is finished: at stage 0 on one rank at once, else when the group two below
+// starts its reduction in the same slot (so during the backward for every layer but the first
+// two; those, the embedding and the final layernorm finish when the norm is taken).
+class Schedule : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
-    const int stage = GetParam(), kMicros = 2 * kAccum;
+    const int stage = std::get<0>(GetParam()), kMicros = 2 * kAccum;
     const char* deep_model = "L=4,NH=2,C=16,V=200,maxT=16";
     MpiComm mpi = make_comm(MPI_COMM_WORLD);
     RecordingComm comm(mpi);
     TrainConfig cfg = config(stage, kAccum, comm.world());
     cfg.init = deep_model;
     cfg.max_steps = kMicros / kAccum;
+    cfg.offload = std::get<1>(GetParam()) ? "cpu" : "none";
     train<TestBackend>(cfg, comm);
 
     GPT2Config mc;
@@ -358,11 +364,28 @@ TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
             problems.push_back("group " + std::to_string(log[i].group) + ": collective " + std::to_string(log[i].ticket) +
                                " waited for before the model computed anything");
     }
+    // offloaded gradients: once per step, after the group's last backward of the step, and (but
+    // for the groups whose slot no later group reuses) before the model's event after the group
+    // two below is done
+    const bool offload = cfg.offload == "cpu", at_once = stage == 0 && comm.world() == 1;
+    for (int m = kAccum - 1; m < kMicros; m += kAccum)
+        for (int g = 0; g <= last; g++) {
+            const long next_step = m + 1 < kMicros ? fwd_want[m + 1][0] : end;
+            long until = next_step;
+            if (at_once) until = *std::upper_bound(at.begin(), at.end(), done[m][g]);
+            else if (g >= 3 && g <= L) until = *std::upper_bound(at.begin(), at.end(), done[m][g - 2]);
+            int sent = 0, sent_in_time = 0;
+            for (long i = fwd_want[m + 1 - kAccum][0]; i < next_step; i++)
+                if (log[i].what == What::GradsToHost && log[i].group == g) sent++, sent_in_time += i > done[m][g] && i < until;
+            if (sent != (offload ? 1 : 0) || sent_in_time != sent)
+                problems.push_back("group " + std::to_string(g) + ": gradients sent to the host " + std::to_string(sent) + " time(s), " +
+                                   std::to_string(sent - sent_in_time) + " late, in micro-step " + std::to_string(m));
+        }
     std::string first;
     for (size_t i = 0; i < problems.size() && i < 3; i++) first += "\n  " + problems[i];
-    EXPECT_EQ(failures_everywhere((int)problems.size()), 0) << "stage " << stage << " on " << comm.world() << " rank(s):" << first;
+    EXPECT_EQ(failures_everywhere((int)problems.size()), 0) << "stage " << stage << (cfg.offload == "cpu" ? " offloaded" : "") << " on " << comm.world() << " rank(s):" << first;
 }
-INSTANTIATE_TEST_SUITE_P(Stages, Schedule, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Stages, Schedule, ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Bool()));
 
 // One AdamW step from the same gradients (rank 0 holds them, the others add zeros, so every
 // sum is exact) leaves bit-identical parameters at every stage and rank count as stage 0 on one

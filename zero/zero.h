@@ -307,7 +307,7 @@ public:
             gather_[s].group = -1;
         }
         for (int g = 0; g < plan_.num_groups() && host_; g++)  // what no backward sent
-            if (!host_->grads_sent(g)) host_->send_grads(g, grads_base());
+            if (!host_->grads_sent(g)) gradients_complete(g);
 
         Backend::grad_norm_squared(norm_acc_, grads_base(), shard_);
         float local = 0.0f;
@@ -398,7 +398,9 @@ private:
     }
     // group g's gradient shard is complete for the step: offloaded, it leaves for the host now
     void gradients_complete(int g) {
-        if (host_) host_->send_grads(g, grads_base());
+        if (host_ == nullptr) return;
+        comm_.note(Communicator::Event::GradsToHost, g);
+        host_->send_grads(g, grads_base());
     }
     // the slot's outstanding reduction, if any, waited for and its result put where the
     // optimizer reads it: back into the full gradient (stage 0), into this rank's chunks of it
