@@ -908,6 +908,7 @@ template <class Backend>
 std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
     Run<Backend> run(cfg, comm);
     std::vector<StepRecord> records;
+    size_t peak_device_bytes = 0;  // on a GPU
     const auto run_start = std::chrono::steady_clock::now();
     for (int step = run.resume_step;; step++) {
         const bool last = step == run.max_steps;
@@ -934,11 +935,12 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", run.rank,
                    (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
-            if (const size_t used = Backend::device_memory_in_use())
-                printf("rank %d device memory in use after the first step (every process on the GPU): %.2f MiB\n", run.rank, used / 1048576.0);
         }
+        peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
         if (hook) hook(step, *run.zero);
     }
+    if (peak_device_bytes > 0 && !cfg.quiet)
+        printf("rank %d peak device memory in use after a step (every process on the GPU): %.2f MiB\n", run.rank, peak_device_bytes / 1048576.0);
     return records;
 }
 
