@@ -54,7 +54,7 @@ fi
 blas=OpenBLAS
 echo '#include <cblas.h>' | g++ -E -x c++ - >/dev/null 2>&1 || { MAKE_ARGS+=(NO_BLAS=1); blas="NO_BLAS=1"; }
 say "gpu_check: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1 | grep . || echo no GPU visible), logs in $logs"
-say "build: sm_${arch:-90}, MPI ${mpi:+${mpi#"$PWD"/}}${mpi:-none ($why_no_mpi)}, $blas, GoogleTest $([ -d .deps/include/gtest ] && echo from .deps || echo of the system)"
+say "build: sm_${arch:-90}, MPI $([ -n "$mpi" ] && echo "${mpi#"$PWD"/}" || echo "none ($why_no_mpi)"), $blas, GoogleTest $([ -d .deps/include/gtest ] && echo from .deps || echo of the system)"
 
 tests=(test/test_kernels_cuda test/test_kernels_cuda_fp32)
 [ -n "$mpi" ] && tests+=(test/test_zero_cuda test/test_zero_cuda_fp32)
@@ -63,7 +63,7 @@ make "${MAKE_ARGS[@]}" train_gpt >"$logs/build_train_gpt.log" 2>&1 &
 make "${MAKE_ARGS[@]}" -k -j"${#tests[@]}" "${tests[@]}" >"$logs/build_tests.log" 2>&1
 wait $!
 for bin in train_gpt "${tests[@]}"; do
-    [ -x "$bin" ] || { say "FAIL  build of $bin"; grep -a -E 'error|Error' "$logs"/build_*.log | head -20 | says; }
+    [ -x "$bin" ] || { say "FAIL  build of $bin"; grep -h -a -E 'error( #|:)|Error [0-9]' "$logs"/build_*.log | head -20 | says; }
 done
 say "built in $((SECONDS - START)) s"
 
