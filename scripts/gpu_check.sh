@@ -17,11 +17,11 @@
 # else from the system. Without MPI (or without NCCL in the CUDA toolkit, which the MPI build
 # links) it builds NO_MPI=1 and skips the ZeRO tests; without OpenBLAS NO_BLAS=1 (plain loops
 # for the CPU reference).
-# Time, measured here (2 shared cores, nvcc 13.0, sm_90): each nvcc run is 17-22 s of one core;
-# train_gpt's make call took 32 s, the four test binaries' (-j4) 128 s, both side by side as below
-# 209 s. On the 16-core GPU machine the five run side by side: about 30 s. The tests and the
-# benchmarks are not timed on a GPU yet (300 s at most per test binary); in case a call's time
-# runs out they come in this order: kernel tests, ZeRO tests, then the benchmarks, largest last.
+# Time, measured here (2 cores, nvcc 13.0, sm_90): each nvcc run is 17-22 s of one core; the two
+# make calls side by side took 57 s with both cores free (up to 209 s while other jobs shared
+# them). On the 16-core GPU machine the five nvcc runs go side by side: about 25 s. The tests
+# and the benchmarks are not timed on a GPU yet (300 s at most per test binary); should a call's
+# time run out, they come in this order: kernel tests, ZeRO tests, benchmarks (largest last).
 set -u
 cd "$(dirname "$0")/.."
 [ "${1:-}" = --pack ] && exec bash scripts/pack_deps.sh
