@@ -31,22 +31,19 @@ if command -v ompi_info >/dev/null; then
     libs=$(mktemp); trap 'rm -f "$libs"' EXIT
     # loads FILE: every library FILE loads, as "soname path", but the C and C++ runtimes
     loads() { ldd "$1" | awk '$2 == "=>" { print $1, $3 }' | grep -vE "$runtime" || true; }
-    # take FILE DIR: copies FILE into DIR and notes what it loads, if all of that is packed
-    take() {
-        local needs; needs=$(loads "$1")
-        [ -z "$needs" ] || ! grep -vqE "$packed" <<<"$needs" || return 0
-        cp -L "$1" "$2/"
-        [ -z "$needs" ] || echo "$needs" >>"$libs"
-    }
-    for prog in orterun orted opal_wrapper; do take "$bindir/$prog" "$mpi/bin"; done
+    # keep FILE DIR: copies FILE into DIR and notes what it loads
+    keep() { cp -L "$1" "$2/"; loads "$1" >>"$libs"; }
+    # component FILE DIR: keeps the component FILE if all it loads is packed
+    component() { if ! loads "$1" | grep -vqE "$packed"; then keep "$1" "$2"; fi; }
+    for prog in orterun orted opal_wrapper; do keep "$bindir/$prog" "$mpi/bin"; done
     ln -s orterun "$mpi/bin/mpirun"
     ln -s opal_wrapper "$mpi/bin/mpicxx"
     # mpicxx links libmpi_cxx too
     { echo "libmpi_cxx.so.40 $libdir/libmpi_cxx.so"; loads "$libdir/libmpi_cxx.so"; } >>"$libs"
-    for component in "$pkglibdir"/mca_*.so; do take "$component" "$mpi/lib/openmpi"; done
+    for c in "$pkglibdir"/mca_*.so; do component "$c" "$mpi/lib/openmpi"; done
     # PMIx, which mpirun starts the ranks with: its own components and help files
     pmix=$(dirname "$(dirname "$(readlink -f "$(awk '$1 == "libpmix.so.2" { print $2 }' "$libs" | head -1)")")")
-    for component in "$pmix"/lib/pmix/*.so; do take "$component" "$mpi/lib/pmix"; done
+    for c in "$pmix"/lib/pmix/*.so; do component "$c" "$mpi/lib/pmix"; done
     cp -r "$pmix/share/pmix" "$mpi/share/"
     sort -u "$libs" | while read -r soname path; do cp -L "$path" "$mpi/lib/$soname"; done
     ln -s libmpi.so.40 "$mpi/lib/libmpi.so"
@@ -58,13 +55,15 @@ fi
 
 cat >"$deps/env.sh" <<'EOF'
 # Sourced (bash): OpenMPI from .deps/openmpi, relocated (scripts/pack_deps.sh made it)
-deps=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [ -d "$deps/openmpi" ]; then
-    export OPAL_PREFIX=$deps/openmpi PMIX_INSTALL_PREFIX=$deps/openmpi
-    export PMIX_PKGLIBDIR=$deps/openmpi/lib/pmix PMIX_PKGDATADIR=$deps/openmpi/share/pmix
-    export OPAL_LIBDIR=$deps/openmpi/lib OPAL_INCLUDEDIR=$deps/openmpi/include OPAL_PKGLIBDIR=$deps/openmpi/lib/openmpi
-    export OPAL_PKGDATADIR=$deps/openmpi/share/openmpi OPAL_SYSCONFDIR=$deps/openmpi/etc
-    export PATH=$deps/openmpi/bin:$PATH LD_LIBRARY_PATH=$deps/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+OPAL_PREFIX=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/openmpi
+if [ -d "$OPAL_PREFIX" ]; then
+    export OPAL_PREFIX PMIX_INSTALL_PREFIX=$OPAL_PREFIX
+    export PMIX_PKGLIBDIR=$OPAL_PREFIX/lib/pmix PMIX_PKGDATADIR=$OPAL_PREFIX/share/pmix
+    export OPAL_LIBDIR=$OPAL_PREFIX/lib OPAL_INCLUDEDIR=$OPAL_PREFIX/include OPAL_PKGLIBDIR=$OPAL_PREFIX/lib/openmpi
+    export OPAL_PKGDATADIR=$OPAL_PREFIX/share/openmpi OPAL_SYSCONFDIR=$OPAL_PREFIX/etc
+    export PATH=$OPAL_PREFIX/bin:$PATH LD_LIBRARY_PATH=$OPAL_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+    unset OPAL_PREFIX
 fi
 EOF
 echo "packed $(du -sh "$deps" | cut -f1) into $deps/ (carry it to the GPU machine)"
