@@ -3,8 +3,9 @@
 #   make -f kernels/cuda.mk train_gpt [PRECISION=FP32] [NO_MPI=1] [NO_BLAS=1] [GPU_ARCHS="80 90"]
 #   make -f kernels/cuda.mk test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda ...
 # test/test_kernels_cuda and test/test_zero_cuda follow PRECISION (bf16 by default), their *_fp32
-# twins are always fp32: each precision its own file, built once. GPU_ARCHS defaults to sm_80 and sm_90 plus whatever nvidia-smi reports here; each
-# extra arch adds roughly the device-compile time of one again.
+# twins are always fp32: each precision its own file, built once. GPU_ARCHS defaults to sm_80 and
+# sm_90 plus whatever nvidia-smi reports here; each extra arch adds roughly the device-compile
+# time of one again.
 NVCC ?= nvcc
 MPICXX ?= mpicxx
 PRECISION ?= BF16
