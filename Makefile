@@ -2,6 +2,7 @@
 # make test       the whole test suite (CPU; GPU tests run where a GPU is present)
 # make bench      CPU benchmark (d12, B=4, T=64, one rank)
 # make data       Tiny Shakespeare token shards + tokenizer from ../shared/data (or downloads)
+# make gpu-rehearsal  scripts/gpu_check.sh in a sandbox shaped like the GPU machine (root; minutes)
 CXX ?= g++
 MPICXX ?= mpicxx
 CXXFLAGS ?= -O3 -march=native -fno-math-errno -std=c++17 -Wall -Wextra -Wno-unused-parameter -DOMPI_SKIP_MPICXX
@@ -27,7 +28,7 @@ endif
 HEADERS = $(wildcard kernels/*.h kernels/cpu/*.h zero/*.h data/*.h train/*.h)
 TINY_DATA = data/tinyshakespeare/tiny_shakespeare_train.bin
 
-.PHONY: all test bench data clean prerequisites-build prerequisites-test
+.PHONY: all test bench data clean prerequisites-build prerequisites-test gpu-rehearsal
 all: train_gpt data
 
 # What the build and the tests need is checked (and installed where possible) first; see the script.
@@ -42,8 +43,7 @@ prerequisites-test: prerequisites-build
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 ifneq ($(NVCC),)
 include kernels/cuda.mk
-train_gpt: train_gpt.cu $(CUDA_HEADERS) | prerequisites-build
-	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)
+train_gpt: | prerequisites-build
 else
 train_gpt: train_gpt.cu $(HEADERS) | prerequisites-build
 	$(CXX_BUILD) $(CXXFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(BLAS_LIBS)
@@ -85,5 +85,11 @@ scripts/bench_host_adamw: scripts/bench_host_adamw.cpp kernels/cpu/adamw.h kerne
 bench: train_gpt $(TINY_DATA) scripts/bench_host_adamw
 	bash scripts/bench_cpu.sh
 
+# scripts/gpu_check.sh run as the GPU machine runs it, in a sandbox without a package manager,
+# GoogleTest, OpenMPI or a GPU (see the script): before a change to CUDA code or the build goes
+# to a device call. Minutes of nvcc, so not part of `make test`.
+gpu-rehearsal:
+	bash scripts/gpu_rehearsal.sh
+
 clean:
-	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda
+	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32

@@ -1,8 +1,11 @@
-# CUDA build fragment: `include kernels/cuda.mk` from the Makefile, or run it on its own:
-#   make -f kernels/cuda.mk test/test_kernels_cuda [PRECISION=FP32] [NO_MPI=1] [GPU_ARCHS="80 90"]
-#   make -f kernels/cuda.mk train_gpt_cuda
-# GPU_ARCHS defaults to sm_80 and sm_90 plus whatever nvidia-smi reports here; each extra arch
-# adds roughly the device-compile time of one again.
+# CUDA build fragment: `include kernels/cuda.mk` from the Makefile, or run it on its own, which
+# checks no prerequisites (scripts/gpu_check.sh does so on a machine without a package manager):
+#   make -f kernels/cuda.mk train_gpt [PRECISION=FP32] [NO_MPI=1] [NO_BLAS=1] [GPU_ARCHS="80 90"]
+#   make -f kernels/cuda.mk test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda ...
+# test/test_kernels_cuda and test/test_zero_cuda follow PRECISION (bf16 by default), their *_fp32
+# twins are always fp32: each precision its own file, built once. GPU_ARCHS defaults to sm_80 and
+# sm_90 plus whatever nvidia-smi reports here; each extra arch adds roughly the device-compile
+# time of one again.
 NVCC ?= nvcc
 MPICXX ?= mpicxx
 PRECISION ?= BF16
@@ -28,16 +31,16 @@ endif
 
 # host warnings as the CPU build has them; nvcc's own warnings are errors
 NVCC_HOST_FLAGS = -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp,-march=native,-fno-math-errno
-NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_HOST_FLAGS) -Werror all-warnings
 # the OpenMP build of OpenBLAS when installed, as the Makefile does
 NVCC_OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
 ifeq ($(NO_BLAS),1)
+  NVCC_BLAS_CFLAGS = -DNO_BLAS
   NVCC_BLAS_LIBS =
-  NVCC_PRECISION += -DNO_BLAS
 else
   # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
   NVCC_BLAS_LIBS = $(if $(shell test -e $(NVCC_OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath=$(NVCC_OPENBLAS_OMP)) -lopenblas
 endif
+NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_BLAS_CFLAGS) $(NVCC_HOST_FLAGS) -Werror all-warnings
 NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
 # everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
@@ -48,16 +51,19 @@ CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda
 # GoogleTest from the system, or from GTEST_ROOT (include/, lib/) as a system header directory
 GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/lib) -lgtest -lpthread
 
-test/test_kernels_cuda: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+CUDA_TESTS = test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32
+test/test_kernels_cuda_fp32 test/test_zero_cuda_fp32: NVCC_PRECISION = -DENABLE_FP32
+test/test_kernels_cuda test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
-# the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs it)
-test/test_zero_cuda: test/test_zero.cpp test/test_util.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
+# the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs them)
+test/test_zero_cuda test/test_zero_cuda_fp32: test/test_zero.cpp test/test_util.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
-train_gpt_cuda: train_gpt.cu $(CUDA_HEADERS)
+# the Makefile adds its prerequisites check to this rule
+train_gpt: train_gpt.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f test/test_kernels_cuda test/test_zero_cuda train_gpt_cuda
+	rm -f $(CUDA_TESTS) train_gpt

@@ -16,18 +16,23 @@ case "$name" in
     *H100* | *H200* | *GH200*) peak=989e12 ;;
     *) peak=0 ;;
 esac
-bench() {  # DESC B STEPS RECOMPUTE
-    local out ms params L C
-    out=$(./train_gpt --device cuda -e "$1" -b "$2" -t 1024 -x "$3" -r "$4" -v 0 -s 0 -o "" -i "$DATA" 2>&1)
-    ms=$(echo "$out" | grep -E '^step' | awk -F'|' 'NR>3 { sub(/ ms/, "", $5); s += $5; n++ } END { if (n) printf "%.2f", s / n }')
-    params=$(echo "$out" | grep -oE '[0-9]+ parameters' | grep -oE '[0-9]+')
-    L=$(echo "$out" | grep -oE 'L=[0-9]+' | head -1 | cut -d= -f2)
-    C=$(echo "$out" | grep -oE ' C=[0-9]+' | head -1 | cut -d= -f2)
-    if [ -z "$ms" ]; then echo "bench $1: FAILED"; echo "$out" | tail -5; return; fi
-    awk -v d="$1" -v b="$2" -v r="$4" -v ms="$ms" -v n="$params" -v L="$L" -v C="$C" -v peak="$peak" 'BEGIN {
-        tok = b * 1024 / (ms / 1000); flops = 6 * n + 6 * L * C * 1024
-        printf "bench %s B=%d T=1024 r=%d: %.1f ms/step, %.0f tok/s, MFU %s\n", d, b, r, ms, tok,
+report() {  # TITLE ROWS OUTPUT: "bench TITLE: ms/step, tok/s, MFU" of train_gpt's OUTPUT, ROWS x 1024 tokens a step
+    local ms params L C
+    ms=$(echo "$3" | grep -E '^step' | awk -F'|' 'NR>3 { sub(/ ms/, "", $5); s += $5; n++ } END { if (n) printf "%.2f", s / n }')
+    params=$(echo "$3" | grep -oE '[0-9]+ parameters' | grep -oE '[0-9]+')
+    L=$(echo "$3" | grep -oE 'L=[0-9]+' | head -1 | cut -d= -f2)
+    C=$(echo "$3" | grep -oE ' C=[0-9]+' | head -1 | cut -d= -f2)
+    if [ -z "$ms" ]; then echo "bench $1: FAILED"; echo "$3" | tail -5; return 1; fi
+    awk -v title="$1" -v rows="$2" -v ms="$ms" -v n="$params" -v L="$L" -v C="$C" -v peak="$peak" 'BEGIN {
+        tok = rows * 1024 / (ms / 1000); flops = 6 * n + 6 * L * C * 1024
+        printf "bench %s: %.1f ms/step, %.0f tok/s, MFU %s\n", title, ms, tok,
                peak > 0 ? sprintf("%.1f%%", 100 * tok * flops / peak) : "n/a (unknown GPU)" }'
+}
+bench() {  # DESC B STEPS RECOMPUTE
+    local out L
+    out=$(./train_gpt --device cuda -e "$1" -b "$2" -t 1024 -x "$3" -r "$4" -v 0 -s 0 -o "" -i "$DATA" 2>&1)
+    report "$1 B=$2 T=1024 r=$4" "$2" "$out" || return
+    L=$(echo "$out" | grep -oE 'L=[0-9]+' | head -1 | cut -d= -f2)
     echo "$out" | grep -E '^rank 0 memory' | head -1
     # expected from the code (test_kernels_cuda's LaunchesPerStep): 35 per layer + 16, and per
     # layer one more GELU with -r 1, two more layernorms with -r 2
@@ -42,12 +47,8 @@ bench d48 16 10 2
 # only, since the staging costs what NCCL between GPUs would not
 if command -v mpirun >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    base=""
     for z in 0 1 2 3; do
-        ms=$(mpirun -np 2 --oversubscribe ./train_gpt --device cuda -e d12 -b 16 -t 1024 -z "$z" -x 10 -v 0 -s 0 -o "" -i "$DATA" 2>&1 |
-             grep -E '^step' | awk -F'|' 'NR>3 { sub(/ ms/, "", $5); s += $5; n++ } END { if (n) printf "%.1f", s / n }')
-        [ -z "$ms" ] && { echo "bench ZeRO $z on 2 ranks: FAILED"; continue; }
-        [ -z "$base" ] && base=$ms
-        echo "bench d12 B=16 T=1024, 2 ranks sharing the GPU, ZeRO $z: $ms ms/step ($(awk -v a="$base" -v b="$ms" 'BEGIN { printf "%.2f", a / b }')x stage 0's throughput)"
+        out=$(mpirun -np 2 --oversubscribe ./train_gpt --device cuda -e d12 -b 16 -t 1024 -z "$z" -x 10 -v 0 -s 0 -o "" -i "$DATA" 2>&1)
+        report "d12 B=16 T=1024, 2 ranks sharing the GPU, ZeRO $z" 32 "$out"
     done
 fi

@@ -118,13 +118,16 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     const float rms = want.empty() ? 0.0f : (float)std::sqrt(ss / want.size());
     size_t bad = 0, first = 0;
     float worst = 0.0f;
+    WorstError nearest;
     for (size_t i = 0; i < got.size(); i++) {
         float err = std::fabs(got[i] - want[i]), lim = tol.atol * rms + tol.rtol * std::fabs(want[i]);
+        nearest.note(err, lim, nullptr);
         if (!(err <= lim)) {  // also catches NaN
             if (bad++ == 0) first = i;
             worst = std::max(worst, err);
         }
     }
+    worst_error().note(nearest.error, nearest.tolerance, what);
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements differ (rms " << rms
                        << ", worst error " << worst << "); first at " << first << ": got " << got[first]
                        << ", want " << want[first];
@@ -306,6 +309,7 @@ void check_attention(int B, int T, int C, int NH) {
                 double want = att[(((size_t)b * NH + h) * T + t) * T];
                 worst = std::max(worst, std::fabs(p0 - want));
             }
+    worst_error().note(worst, 1e-3, "attention_forward log-sum-exp");
     EXPECT_LT(worst, 1e-3) << "attention_forward: saved log-sum-exp does not reproduce the probabilities";
 
     // backward from the GPU's forward output (what the kernel is given in training)
@@ -463,12 +467,15 @@ void check_adamw(size_t n) {
         expect_close(down(d_master), master, {1e-6f, 1e-6f}, "adamw master");
         // param is master rounded down or up to the next bf16: within one bf16 ulp
         size_t bad = 0, ups = 0, inexact = 0;
+        WorstError nearest;
         for (size_t i = 0; i < n; i++) {
             float ulp = master[i] == 0.0f ? 0.0f : std::ldexp(1.0f, std::ilogb(master[i]) - 7);
+            nearest.note(std::fabs(got[i] - master[i]), 1.001f * ulp, nullptr);
             if (!(std::fabs(got[i] - master[i]) <= 1.001f * ulp)) bad++;
             if (got[i] != master[i]) inexact++;
             if (std::fabs(got[i]) > std::fabs(master[i])) ups++;
         }
+        worst_error().note(nearest.error, nearest.tolerance, "adamw param vs master (one bf16 ulp)");
         EXPECT_EQ(bad, 0u) << "adamw: param is not master rounded to an adjacent bf16";
         // stochastic rounding goes both ways
         EXPECT_GT(ups, inexact / 4) << "adamw: stochastic rounding rounds up too rarely";
@@ -569,6 +576,7 @@ TEST_F(Cuda, GradNormSquared) {
         G::grad_norm_squared(out.p, d_x.p, table.table);
         float first = down(out)[0];
         double want = cpu::sum_squares(x.data(), n);
+        worst_error().note(std::fabs(first - want), 1e-5 * want, "grad_norm_squared");
         EXPECT_NEAR(first, want, 1e-5 * want);
         G::grad_norm_squared(out.p, d_x.p, table.table);
         float second = down(out)[0];
@@ -661,22 +669,20 @@ TEST_F(Cuda, ModelMatchesPyTorch) {
 #else
     const double loss_rtol = 2e-2, logit_tol = 5e-2, grad_rtol = 1e-1, grad_atol = 0, param_tol = 2e-2;
 #endif
-    EXPECT_NEAR(run.loss, s.loss, loss_rtol * s.loss);
-    EXPECT_LE(tolerance_ratio(run.logits.data(), s.logits.data(), run.logits.size(), logit_tol, logit_tol), 1.0);
+    EXPECT_LE(tolerance_ratio(&run.loss, &s.loss, 1, loss_rtol, 0.0, "loss"), 1.0);
+    EXPECT_LE(tolerance_ratio(run.logits.data(), s.logits.data(), run.logits.size(), logit_tol, logit_tol, "logits"), 1.0);
     ParamLayout layout(c);
     for (int p = 0; p < NUM_PARAM_TENSORS; p++) {
         const float* want = s.grads.data() + layout.offset[p];
         float biggest = 0.0f;
         for (size_t i = 0; i < layout.size[p]; i++) biggest = std::max(biggest, std::fabs(want[i]));
         // every element within grad_rtol of the tensor's largest gradient (plus grad_atol)
-        double r = tolerance_ratio(run.grads.data() + layout.offset[p], want, layout.size[p], 0.0, grad_atol + grad_rtol * biggest);
+        double r = tolerance_ratio(run.grads.data() + layout.offset[p], want, layout.size[p], 0.0, grad_atol + grad_rtol * biggest, "gradients");
         EXPECT_LE(r, 1.0) << "gradient of parameter tensor " << p;
     }
-    for (int step = 0; step < s.steps; step++) {
-        EXPECT_NEAR(run.losses[step], s.losses[step], loss_rtol * s.losses[step]) << "step " << step;
-        EXPECT_NEAR(run.norms[step], s.norms[step], 5 * loss_rtol * s.norms[step]) << "step " << step;
-    }
-    EXPECT_LE(tolerance_ratio(run.params.data(), s.params_after.data(), run.params.size(), param_tol, param_tol), 1.0);
+    EXPECT_LE(tolerance_ratio(run.losses.data(), s.losses.data(), s.steps, loss_rtol, 0.0, "losses of the steps"), 1.0);
+    EXPECT_LE(tolerance_ratio(run.norms.data(), s.norms.data(), s.steps, 5 * loss_rtol, 0.0, "gradient norms of the steps"), 1.0);
+    EXPECT_LE(tolerance_ratio(run.params.data(), s.params_after.data(), run.params.size(), param_tol, param_tol, "parameters after the steps"), 1.0);
 }
 
 // Same seed, same bits: losses and parameters of two training runs on the GPU.
@@ -696,6 +702,7 @@ TEST_F(Cuda, TrainingIsDeterministic) {
 
 int main(int argc, char** argv) {
     testing::InitGoogleTest(&argc, argv);
+    testing::UnitTest::GetInstance()->listeners().Append(new WorstErrorPrinter());
     g_gpu = CudaBackend::available();
     if (!g_gpu) {
         // the one line a CPU-only machine shows; every test still runs and skips, silently

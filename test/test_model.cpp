@@ -174,4 +174,19 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
     }
 }
 
+// tolerance_ratio, which the comparisons above go through: a NaN is out of tolerance, and the
+// element nearest its limit is what worst_error() keeps for the GPU check's summary line
+TEST(ToleranceRatio, NanFailsAndTheWorstIsNoted) {
+    const float want[3] = {1.0f, 2.0f, 4.0f}, near[3] = {1.0f, 2.1f, 4.1f}, nan[3] = {1.0f, NAN, 4.0f};
+    worst_error() = WorstError();
+    // limits 0.1 + 0.1 |want|: errors 0, 0.1 of 0.3, 0.1 of 0.5
+    EXPECT_NEAR(tolerance_ratio(near, want, 3, 0.1, 0.1, "near"), 1.0 / 3, 1e-6);
+    EXPECT_NEAR(worst_error().error, 0.1, 1e-6);
+    EXPECT_NEAR(worst_error().tolerance, 0.3, 1e-6);
+    EXPECT_EQ(worst_error().what, "near");
+    EXPECT_FALSE(tolerance_ratio(nan, want, 3, 0.1, 0.1, "nan") <= 1.0);
+    tolerance_ratio(near, want, 3, 0.1, 0.1, "near again");
+    EXPECT_EQ(worst_error().what, "nan") << "a NaN is the worst error of all";
+}
+
 }  // namespace

@@ -94,7 +94,23 @@ int failures_everywhere(int local) {
     return total;
 }
 
-bool close(double a, double b, double rtol, double atol = 0.0) { return std::fabs(a - b) <= atol + rtol * std::fabs(b); }
+bool close(double a, double b, double rtol, double atol = 0.0) {
+    worst_error().note(std::fabs(a - b), atol + rtol * std::fabs(b), nullptr);
+    return std::fabs(a - b) <= atol + rtol * std::fabs(b);
+}
+
+// the worst of what every rank noted (the ranks hold different shards)
+WorstError worst_everywhere(const WorstError& mine) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const double local[3] = {mine.error, mine.tolerance, mine.noted ? 1.0 : 0.0};
+    std::vector<double> all(3 * (size_t)world);
+    MPI_Allgather(local, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, MPI_COMM_WORLD);
+    WorstError worst;
+    for (int r = 0; r < world; r++)
+        if (all[3 * r + 2] != 0.0) worst.note(all[3 * r], all[3 * r + 1], nullptr);
+    return worst;
+}
 
 class ZeroStage : public ::testing::TestWithParam<int> {};
 
@@ -682,14 +698,17 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 #ifdef __CUDACC__
     if (!CudaBackend::available()) {
-        if (rank == 0) printf("skipped: no GPU\n");
+        int world = 1;  // said, so that a run without a GPU still shows mpirun started every rank
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        if (rank == 0) printf("skipped: no GPU, %d ranks started\n", world);
         MPI_Finalize();
         return 0;
     }
     CudaBackend::init(0);  // every rank on GPU 0: NCCL would refuse, the MPI communicator does not
 #endif
-    if (rank != 0) delete ::testing::UnitTest::GetInstance()->listeners().Release(
-                       ::testing::UnitTest::GetInstance()->listeners().default_result_printer());
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    if (rank != 0) delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new WorstErrorPrinter(worst_everywhere, rank == 0));
     // one data file for all ranks, written by rank 0 (tokens below the model's vocabulary)
     char dir[256] = {0};
     if (rank == 0) snprintf(dir, sizeof(dir), "%s", temp_dir().c_str());
