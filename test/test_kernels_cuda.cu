@@ -637,23 +637,26 @@ TEST_F(Cuda, LaunchesPerStep) {
     std::vector<float> init = random_init(mc, 5);
     std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 91);
     SingleComm comm(CudaBackend::copy);
-    Zero<CudaBackend> zero(0, param_groups(mc), comm);
-    zero.load(init.data());
-    GPT2<CudaBackend> model(mc, B, T, 0, zero);
-    LossSum<CudaBackend> loss;
-    uint64_t launches[2];
-    for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
-        const uint64_t before = CudaBackend::launches();
-        zero.zero_grads();
-        model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
-        loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
-        model.backward(B, T);
-        zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
-        loss.take();
-        launches[s] = CudaBackend::launches() - before;
+    for (const bool offload : {false, true}) {  // offloaded, AdamW runs on the host: one launch fewer
+        Zero<CudaBackend> zero(0, param_groups(mc), comm, ZeroOptions{true, offload});
+        zero.load(init.data());
+        GPT2<CudaBackend> model(mc, B, T, 0, zero);
+        LossSum<CudaBackend> loss;
+        uint64_t launches[2];
+        for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
+            const uint64_t before = CudaBackend::launches();
+            zero.zero_grads();
+            model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+            loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
+            zero.reduce_during_backward(true);
+            model.backward(B, T);
+            zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
+            loss.take();
+            launches[s] = CudaBackend::launches() - before;
+        }
+        EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16 - offload)) << (offload ? "offloaded" : "");
+        EXPECT_EQ(launches[0], launches[1]);
     }
-    EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16));
-    EXPECT_EQ(launches[0], launches[1]);
 }
 
 // The whole model on the GPU against the PyTorch debug state that the CPU test uses. The fp32
