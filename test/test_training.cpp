@@ -319,6 +319,35 @@ TEST(RunDir, CheckpointFilesAndLlmcRetirementRule) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
+std::string read_text(const std::string& path) {
+    std::vector<char> bytes = read_bytes(path);
+    return std::string(bytes.begin(), bytes.end());
+}
+
+// A run killed after its checkpoint at step 4 may leave main.log cut anywhere past the point the
+// checkpoint flushed it to, mid-line too. Resumed at 4, it keeps the lines before step 4 and
+// appends those from step 4 on again: at every cut position the result is the uncut log.
+TEST(RunDir, ResumedLogIsWholeWhereverTheKillCutIt) {
+    const std::string dir = temp_dir(), path = dir + "/main.log";
+    std::string before, after;  // the lines for steps before 4, and from 4 on
+    for (int step = 0; step <= 6; step++) {
+        char line[128];
+        std::string& part = step < 4 ? before : after;
+        if (step % 2 == 0) snprintf(line, sizeof(line), "s:%d tel:%f\n", step, 10.5 - step * 0.25), part += line;
+        if (step < 6) snprintf(line, sizeof(line), "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, 10.6 - step * 0.3, 1.5, 3e-4, 12.5, 81920.0), part += line;
+    }
+    const std::string whole = before + after;
+    for (size_t cut = before.size(); cut <= whole.size(); cut++) {
+        write_bytes(path, whole.data(), cut);
+        truncate_log(path, 4);
+        FILE* f = open_file(path, "a");
+        fputs(after.c_str(), f);
+        fclose(f);
+        ASSERT_EQ(read_text(path), whole) << "cut after " << cut << " bytes: " << whole.substr(0, cut);
+    }
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
 TEST(Progress, DurationsEtaAndMfu) {
     EXPECT_EQ(format_duration(42.4), "42s");
     EXPECT_EQ(format_duration(75), "1m15s");
