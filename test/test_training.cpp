@@ -354,12 +354,24 @@ TEST(Progress, DurationsEtaAndMfu) {
     EXPECT_EQ(format_duration(3725), "1h02m05s");
     EXPECT_DOUBLE_EQ(eta_seconds(30.0, 10, 5), 15.0);
     EXPECT_DOUBLE_EQ(flops_per_token(124475904, 12, 768, 1024), 6.0 * 124475904 + 6.0 * 12 * 768 * 1024);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 80GB HBM3", true), 989e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 PCIe", true), 756e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200", true), 989e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA A100-SXM4-80GB", false), 19.5e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA L40S", true), 362e12);
-    EXPECT_EQ(peak_flops("Some GPU", true), 0.0);
+}
+
+// Peaks by whole name, as CUDA names the GPUs (dense figures of the vendors' data sheets): a name
+// that contains another (L40 / L4, H100 NVL / H100) gets its own; one not in the table, or a
+// part or a longer form of a name in it, none (MFU n/a).
+TEST(Progress, PeakFlopsByWholeGpuName) {
+    const std::vector<std::pair<const char*, double>> bf16 = {
+        {"NVIDIA L4", 121}, {"NVIDIA L40", 181}, {"NVIDIA L40S", 362},
+        {"NVIDIA H100 80GB HBM3", 989}, {"NVIDIA H100 PCIe", 756}, {"NVIDIA H100 NVL", 835},
+        {"NVIDIA H200", 989}, {"NVIDIA H200 NVL", 835}, {"NVIDIA GH200 480GB", 989},
+        {"NVIDIA A100-SXM4-40GB", 312}, {"NVIDIA A100-SXM4-80GB", 312}, {"NVIDIA A100-PCIE-40GB", 312},
+        {"NVIDIA A100 80GB PCIe", 312}, {"NVIDIA GeForce RTX 4090", 165.2},
+        {"Tesla T4", 0}, {"NVIDIA H100", 0}, {"H100 PCIe", 0}, {"NVIDIA L4 ", 0}, {"NVIDIA GeForce RTX 4090 D", 0}, {"", 0}};
+    for (const auto& [name, tflops] : bf16) EXPECT_DOUBLE_EQ(peak_flops(name, true), tflops * 1e12) << name;
+    const std::vector<std::pair<const char*, double>> fp32 = {
+        {"NVIDIA L4", 30.3}, {"NVIDIA L40", 90.5}, {"NVIDIA L40S", 91.6}, {"NVIDIA H100 80GB HBM3", 67},
+        {"NVIDIA H100 PCIe", 51}, {"NVIDIA H100 NVL", 60}, {"NVIDIA A100-SXM4-80GB", 19.5}, {"Tesla T4", 0}};
+    for (const auto& [name, tflops] : fp32) EXPECT_DOUBLE_EQ(peak_flops(name, false), tflops * 1e12) << name;
 }
 
 TEST(Schedule, ShapesAgreeWithTheirFormulas) {
