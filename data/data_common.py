@@ -133,6 +133,12 @@ def write_tokenizer_bytes(path, tokens, eot):
     write_atomic(path, parts)
 
 
+def first_line(error):
+    """An exception's message on one line (some run over several)."""
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def gpt2_encoding(vocab_bpe=None, encoder_json=None,
                   offline="offline, pass GPT-2's vocab.bpe and encoder.json with --vocab-bpe and --encoder-json"):
     """GPT-2 tiktoken encoding.
@@ -172,8 +178,7 @@ def gpt2_encoding(vocab_bpe=None, encoder_json=None,
     try:
         return tiktoken.get_encoding("gpt2")
     except Exception as e:  # typically no network and nothing in tiktoken's cache
-        first_line = str(e).splitlines()[0] if str(e) else ""
-        raise SystemExit(f"error: could not load tiktoken's gpt2 encoding ({type(e).__name__}: {first_line}); {offline}")
+        raise SystemExit(f"error: could not load tiktoken's gpt2 encoding ({type(e).__name__}: {first_line(e)}); {offline}")
 
 
 def download(url, path, offline, chunk_size=1 << 20):
@@ -196,7 +201,7 @@ def download(url, path, offline, chunk_size=1 << 20):
     except Exception as e:
         if os.path.exists(tmp):
             os.remove(tmp)
-        sys.exit(f"error: download of {url} failed ({str(e).splitlines()[0] if str(e) else type(e).__name__}); {offline}")
+        sys.exit(f"error: download of {url} failed ({first_line(e)}); {offline}")
     os.replace(tmp, path)
     return path
 
