@@ -19,7 +19,9 @@ files >"$dir/before"
 
 make_data() {  # [SHARED=...]: make data in the clone, offline; stdout, stderr in $dir/out, $dir/err
     mkdir -p "$dir/tiktoken_cache"
-    (cd "$dir/clone" && TIKTOKEN_CACHE_DIR="$dir/tiktoken_cache" "${offline[@]}" make data NVCC= "$@" >"$dir/out" 2>"$dir/err")
+    # as a user starts it: not a sub-make of make test (whose variables would reach it)
+    (cd "$dir/clone" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL TIKTOKEN_CACHE_DIR="$dir/tiktoken_cache" "${offline[@]}" \
+        make data NVCC= "$@" >"$dir/out" 2>"$dir/err")
 }
 expect_one_line() {  # RC CASE WHAT_FAILED
     local rc=$1 ours
