@@ -1,7 +1,8 @@
 # make            train_gpt (CPU backend; with nvcc present also the CUDA backend, see issue notes)
 # make test       the whole test suite (CPU; GPU tests run where a GPU is present)
 # make bench      CPU benchmark (d12, B=4, T=64, one rank)
-# make data       Tiny Shakespeare token shards + tokenizer from ../shared/data (or downloads)
+# make data       Tiny Shakespeare token shards + tokenizer from ../shared/data where present, else
+#                 downloaded (SHARED=DIR: another folder with tinyshakespeare/ and gpt2/ in it)
 # make gpu-rehearsal  scripts/gpu_check.sh in a sandbox shaped like the GPU machine (root; minutes)
 CXX ?= g++
 MPICXX ?= mpicxx
@@ -49,9 +50,12 @@ train_gpt: train_gpt.cu $(HEADERS) | prerequisites-build
 	$(CXX_BUILD) $(CXXFLAGS) $(OMPFLAGS) -x c++ $< -o $@ $(BLAS_LIBS)
 endif
 
+# Tiny Shakespeare and GPT-2's BPE files from $(SHARED) where it has them; what it lacks the script
+# downloads (offline it ends with one line saying which files to give, and how)
+SHARED_BPE = $(SHARED)/gpt2/vocab.bpe $(SHARED)/gpt2/encoder.json
 $(TINY_DATA): | prerequisites-build
-	python3 data/tinyshakespeare.py --input $(SHARED)/tinyshakespeare/input.txt \
-	  --vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json
+	python3 data/tinyshakespeare.py $(if $(wildcard $(SHARED)/tinyshakespeare/input.txt),--input $(SHARED)/tinyshakespeare/input.txt) \
+	  $(if $(filter 2,$(words $(wildcard $(SHARED_BPE)))),--vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json)
 data: $(TINY_DATA)
 
 TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training test/test_hellaswag

@@ -133,11 +133,19 @@ def write_tokenizer_bytes(path, tokens, eot):
     write_atomic(path, parts)
 
 
-def gpt2_encoding(vocab_bpe=None, encoder_json=None):
+def first_line(error):
+    """An exception's message on one line (some run over several)."""
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def gpt2_encoding(vocab_bpe=None, encoder_json=None,
+                  offline="offline, pass GPT-2's vocab.bpe and encoder.json with --vocab-bpe and --encoder-json"):
     """GPT-2 tiktoken encoding.
 
     With both local files given it is built fully offline; otherwise
-    tiktoken.get_encoding("gpt2") is used (which may download and cache).
+    tiktoken.get_encoding("gpt2") is used (which may download and cache);
+    if that fails it exits with one line ending in `offline`, what to do instead.
     """
     import tiktoken
     if vocab_bpe and encoder_json:
@@ -170,31 +178,30 @@ def gpt2_encoding(vocab_bpe=None, encoder_json=None):
     try:
         return tiktoken.get_encoding("gpt2")
     except Exception as e:  # typically no network and nothing in tiktoken's cache
-        raise SystemExit(f"could not load tiktoken's gpt2 encoding ({type(e).__name__}: {e}); "
-                         "pass local files with --vocab-bpe and --encoder-json")
+        raise SystemExit(f"error: could not load tiktoken's gpt2 encoding ({type(e).__name__}: {first_line(e)}); {offline}")
 
 
-def download(url, path, chunk_size=1 << 20):
-    """Download url to path (skipped if path already exists). Needs network."""
+def download(url, path, offline, chunk_size=1 << 20):
+    """Download url to path (skipped if path already exists). When that fails (no network) it
+    exits with one line: what failed, then `offline`, what to do instead; nothing is left behind."""
     if os.path.exists(path):
         print(f"{path} already exists, not downloading")
         return path
-    d = os.path.dirname(path)
-    if d:
-        os.makedirs(d, exist_ok=True)
     print(f"downloading {url} -> {path}")
     tmp = path + ".part"
     try:
-        with urllib.request.urlopen(url) as r, open(tmp, "wb") as f:
-            while True:
-                chunk = r.read(chunk_size)
-                if not chunk:
-                    break
-                f.write(chunk)
+        with urllib.request.urlopen(url, timeout=60) as r:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # only once the server answers
+            with open(tmp, "wb") as f:
+                while True:
+                    chunk = r.read(chunk_size)
+                    if not chunk:
+                        break
+                    f.write(chunk)
     except Exception as e:
         if os.path.exists(tmp):
             os.remove(tmp)
-        sys.exit(f"download of {url} failed ({e}); pass a local file instead")
+        sys.exit(f"error: download of {url} failed ({first_line(e)}); {offline}")
     os.replace(tmp, path)
     return path
 

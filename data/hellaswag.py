@@ -66,7 +66,8 @@ def main(argv=None):
 
     path = args.input
     if path is None:
-        path = dc.download(VAL_URL, os.path.join(args.out_dir, "hellaswag_val.jsonl"))
+        path = dc.download(VAL_URL, os.path.join(args.out_dir, "hellaswag_val.jsonl"),
+                           "offline, pass a local copy with --input hellaswag_val.jsonl")
     if not os.path.isfile(path):
         raise SystemExit(f"error: {path}: no such file")
     examples = read_examples(path)

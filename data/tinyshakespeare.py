@@ -22,6 +22,10 @@ import data_common as dc  # noqa: E402
 
 INPUT_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 VAL_TOKENS = 32768
+# what to do when a download fails: this script's flags, or the Makefile's SHARED (make data runs it)
+OFFLINE = ("offline, give the files: data/tinyshakespeare.py --input input.txt --vocab-bpe vocab.bpe "
+           "--encoder-json encoder.json, or make data SHARED=DIR with DIR/tinyshakespeare/input.txt, "
+           "DIR/gpt2/vocab.bpe and DIR/gpt2/encoder.json")
 
 
 def split_documents(text):
@@ -42,14 +46,13 @@ def tokenize(text, enc):
 def main(argv=None):
     args = dc.single_file_args(__doc__, "input.txt", "tinyshakespeare", argv)
 
-    os.makedirs(args.out_dir, exist_ok=True)
     path = args.input
     if path is None:
-        path = dc.download(INPUT_URL, os.path.join(args.out_dir, "input.txt"))
+        path = dc.download(INPUT_URL, os.path.join(args.out_dir, "input.txt"), OFFLINE)
     with open(path, "r", encoding="utf-8") as f:
         text = f.read()
 
-    enc = dc.gpt2_encoding(args.vocab_bpe, args.encoder_json)
+    enc = dc.gpt2_encoding(args.vocab_bpe, args.encoder_json, OFFLINE)
     tokens = tokenize(text, enc)
     val, train = tokens[:VAL_TOKENS], tokens[VAL_TOKENS:]
 

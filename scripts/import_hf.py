@@ -70,15 +70,25 @@ def llmc_config(directory):
     return cfg
 
 
+def safetensors_dtypes(path):
+    """The dtypes a .safetensors file holds, from its header: a little-endian uint64 length, then
+    that many bytes of JSON naming each tensor's dtype, shape and place."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if size > os.path.getsize(path) - 8:
+            raise ValueError(f"header of {size} bytes, longer than the file")
+        header = json.loads(f.read(size))
+    return {entry["dtype"] for name, entry in header.items() if name != "__metadata__"}
+
+
 def read_tensors(path):
-    """name -> fp32 numpy array of one weight file; torch only where numpy cannot (its files, bf16)."""
-    from safetensors import safe_open
-    if path.endswith(".safetensors"):
-        try:
-            with safe_open(path, framework="np") as f:
-                return {k: f.get_tensor(k).astype(np.float32) for k in f.keys()}
-        except TypeError:  # a dtype numpy lacks (bfloat16): read it with torch below
-            pass
+    """name -> fp32 numpy array of one weight file. safetensors reads into numpy, except a file with
+    bfloat16, which numpy lacks (safetensors' numpy reader fails on it, with a TypeError or, in
+    0.3.x, an AttributeError): that one and torch's own files are read with torch."""
+    if path.endswith(".safetensors") and "BF16" not in safetensors_dtypes(path):
+        from safetensors import safe_open
+        with safe_open(path, framework="np") as f:
+            return {k: f.get_tensor(k).astype(np.float32) for k in f.keys()}
     import torch
     from safetensors.torch import load_file
     loaded = load_file(path) if path.endswith(".safetensors") else torch.load(path, map_location="cpu", weights_only=True)

@@ -5,7 +5,8 @@
       [--size 124M|350M|774M|1558M] [--tokens-per-step N] [-o plot.png]
 
 Reads llm.c's log lines: "s:<step> trl:<train loss> ...", "s:<step> tel:<val loss>"
-and "s:<step> eval:<HellaSwag acc_norm>". Left panel: train and val loss;
+and "s:<step> eval:<HellaSwag acc_norm>"; a last line without its newline (a run
+still writing, or killed mid-line) is left out. Left panel: train and val loss;
 right panel: HellaSwag. --size draws OpenAI GPT-2's figures for that size as
 dashed lines (val loss on FineWeb and HellaSwag, as llm.c's README quotes them);
 --tokens-per-step adds a token axis on top. Each log gets its own colour,
@@ -15,7 +16,10 @@ import argparse
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot_log: error: matplotlib is not installed (pip install matplotlib, or apt-get install python3-matplotlib)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -42,6 +46,8 @@ def read_log(path):
             lines = f.readlines()
     except OSError as e:
         raise LogError(f"{path}: cannot open ({e.strerror})")
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()  # cut short: the run is still writing it, or was killed mid-line
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue

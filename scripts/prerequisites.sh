@@ -4,7 +4,8 @@
 #          with nvcc present also cuBLASLt and NCCL for the CUDA backend
 #   test   that, plus what the suite needs: GoogleTest, bc, and Debian's PyTorch with numpy,
 #          transformers (pinned: 4.30.2 is the newest that runs on Debian's torch 1.13), safetensors
-#          and matplotlib (Debian's, for the plots)
+#          (from 0.3.3, below 1: 0.3.3 and 0.8.0 pass test/test_hf.py) and matplotlib (Debian's, for
+#          the plots)
 # Whatever is missing is installed where that is possible (root with apt-get; pip), one line per
 # package saying why; otherwise it stops with one line naming the command to run. With everything
 # present it installs nothing and takes a few tens of milliseconds (one dpkg-query, one Python per
@@ -48,7 +49,7 @@ if [ "$level" = test ]; then
     want_deb python3-numpy "numpy for the PyTorch reference scripts"
     want_deb python3-matplotlib "matplotlib, for scripts/plot_log.py and its test"
     pip_torch+=("transformers==4.30.2|transformers|transformers' GPT-2 and tokenizer, for the reference checks")
-    pip_torch+=("safetensors|safetensors|safetensors files, for the Hugging Face conversion tests")
+    pip_torch+=("safetensors>=0.3.3,<1|safetensors|safetensors files, for the Hugging Face conversion tests")
 fi
 
 # CUDA: the toolkit itself is NVIDIA's to install; we only check that the parts we link are there
@@ -73,20 +74,26 @@ for d in "${debs[@]}"; do
     if [[ $installed != *" $pkg "* && $seen != *" $pkg "* ]]; then missing_debs+=("$d"); seen+="$pkg "; fi
 done
 
-# missing_pips PYTHON ENTRIES...: prints the entries whose module is absent or not at the pinned version
+# missing_pips PYTHON ENTRIES...: prints the entries whose module is absent or at a version outside
+# the requirement's (==, >= and < on release numbers)
 missing_pips() {
     local py=$1; shift
     [ $# -gt 0 ] || return 0
     [ -x "$py" ] || { printf '%s\n' "$@"; return 0; }
     "$py" - "$@" <<'EOF'
-import importlib.metadata, importlib.util, sys
+import importlib.metadata, importlib.util, operator, re, sys
+def release(version):  # "0.3.3" -> (0, 3, 3, 0); "1.0.0rc1" -> (1, 0, 0, 0)
+    return tuple(map(int, (re.match(r"\d+(\.\d+)*", version).group().split(".") + ["0"] * 4)[:4]))
 for entry in sys.argv[1:]:
     requirement, module, _ = entry.split("|", 2)
-    name, _, pinned = requirement.partition("==")
+    name = re.match(r"[\w.-]+", requirement).group()
+    bounds = re.findall(r"(==|>=|<)([\w.]+)", requirement)
     try:
         present = importlib.util.find_spec(module) is not None
-        if present and pinned:
-            present = importlib.metadata.version(name) == pinned
+        if present and bounds:
+            have = release(importlib.metadata.version(name))
+            compare = {"==": operator.eq, ">=": operator.ge, "<": operator.lt}
+            present = all(compare[op](have, release(want)) for op, want in bounds)
     except Exception:
         present = False
     if not present:
@@ -131,7 +138,7 @@ pip_install() {
     [ -e "$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && flags+=(--break-system-packages)
     [ $am_root = 1 ] && flags+=(--root-user-action=ignore)  # installing as root is what was asked for
     if pip_needs_root "$py" && [ $am_root != 1 ]; then
-        echo "prerequisites: missing ${reqs[*]} in $py; run: sudo $py -m pip install ${flags[*]} ${reqs[*]}" >&2
+        echo "prerequisites: missing ${reqs[*]} in $py; run: sudo $py -m pip install ${flags[*]} ${reqs[*]@Q}" >&2
         exit 1
     fi
     for e in "$@"; do

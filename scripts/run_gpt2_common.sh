@@ -6,9 +6,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ranks=${1:-8}  # one GPU each; fewer ranks keep the tokens per step (more accumulation)
 data_dir=data/${data_prefix}${data_version}
 
-# data, once: the FineWeb sample tokenized with GPT-2's tokenizer, and HellaSwag for -h 1
-[ -n "$(ls "$data_dir/${data_prefix}"_train_*.bin 2>/dev/null)" ] || python3 data/fineweb.py --type "$data_type" --version "$data_version"
+# what the flags below use, made once: the FineWeb sample tokenized with GPT-2's tokenizer (-i,
+# -j), HellaSwag (-h 1), and for the text samples (-s) the GPT-2 tokenizer at train_gpt's
+# default --tokenizer path, which `make data` writes with Tiny Shakespeare
+[ -n "$(ls "$data_dir/${data_prefix}"_train_*.bin 2>/dev/null)" ] && [ -n "$(ls "$data_dir/${data_prefix}"_val_*.bin 2>/dev/null)" ] ||
+    python3 data/fineweb.py --type "$data_type" --version "$data_version"
 [ -f data/hellaswag/hellaswag_val.bin ] || python3 data/hellaswag.py
+[ "$sample_every" -le 0 ] || [ -f data/tinyshakespeare/gpt2_tokenizer.bin ] || make data
 make train_gpt
 
 # -h 1: HellaSwag with every validation; -t 1024: GPT-2's context; -r 0: no recompute;

@@ -63,7 +63,9 @@ done
 run_check "rank failures end the job" bash test/test_failures.sh
 run_check "command line: main job runs with the defaults" bash test/test_cli.sh
 run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash test/test_run_tiny.sh
+run_check "run_gpt2_*.sh: prepare the data, HellaSwag and tokenizer their flags use" bash test/test_run_scripts.sh
 run_check "prerequisites: installs what is missing, nothing when all is there" bash test/test_prerequisites.sh
+run_check "make data in a fresh clone, offline: one line saying what to do, or made from SHARED" bash test/test_make_data.sh
 if [ -x test/test_kernels_cuda ]; then run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda; fi
 
 run_unittest "data scripts" python3 test/test_data_scripts.py

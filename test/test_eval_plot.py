@@ -7,7 +7,8 @@ train_gpt trains a small checkpoint on Tiny Shakespeare with -h 1, then
 scores that checkpoint on 1 rank and on 2 ranks at ZeRO stage 3, and must
 agree with scripts/hellaswag_reference.py (transformers' GPT-2 in float64):
 the same k/n and each ending's mean loss within LOSS_TOL. scripts/plot_log.py
-draws the training run's main.log.
+draws the training run's main.log, also with its last line cut short, and
+without matplotlib says in one line how to install it.
 
 Run from the project root with the Python that has torch and transformers:
   /usr/bin/python3 test/test_eval_plot.py
@@ -29,6 +30,8 @@ from transformers import GPT2Tokenizer
 
 sys.dont_write_bytecode = True
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import plot_log  # noqa: E402
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
 BPE = ["--vocab-bpe", os.path.join(SHARED, "gpt2", "vocab.bpe"),
        "--encoder-json", os.path.join(SHARED, "gpt2", "encoder.json")]
@@ -72,9 +75,9 @@ def read(path, mode="r"):
         return f.read()
 
 
-def run(cmd, **kw):
+def run(cmd, env=(), **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **dict(env))
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, **kw)
 
 
@@ -224,6 +227,35 @@ class PlotLog(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(png_size(out), (800, 320))  # 10 x 4 inches at 80 dpi
             self.assertGreater(os.path.getsize(out), 10000)
+
+    def test_a_last_line_cut_short_is_left_out(self):  # a run still writing, or killed mid-line
+        whole = read(os.path.join(FIX.train_out, "main.log"))
+        last = whole.rindex("s:", 0, len(whole) - 1)
+        with tempfile.TemporaryDirectory() as d:
+            complete, log = os.path.join(d, "complete.log"), os.path.join(d, "main.log")
+            with open(complete, "w") as f:
+                f.write(whole[:last])
+            for cut in range(last + 1, len(whole)):
+                with open(log, "w") as f:
+                    f.write(whole[:cut])
+                self.assertEqual(plot_log.read_log(log), plot_log.read_log(complete), whole[last:cut])
+            out = os.path.join(d, "plot.png")
+            r = self.plot(log, "-o", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(png_size(out), (800, 320))
+
+    def test_without_matplotlib_one_line_names_the_install(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "matplotlib"))  # a matplotlib whose import fails, as where none is installed
+            with open(os.path.join(d, "matplotlib", "__init__.py"), "w") as f:
+                f.write("raise ImportError('No module named matplotlib')\n")
+            out = os.path.join(d, "plot.png")
+            r = run([sys.executable, "scripts/plot_log.py", os.path.join(FIX.train_out, "main.log"), "-o", out],
+                    env={"PYTHONPATH": d})
+            self.assertNotEqual(r.returncode, 0)
+            self.assertEqual(r.stderr.splitlines(), ["plot_log: error: matplotlib is not installed "
+                                                     "(pip install matplotlib, or apt-get install python3-matplotlib)"])
+            self.assertFalse(os.path.exists(out))
 
     def test_missing_or_empty_log_fails_cleanly(self):
         with tempfile.TemporaryDirectory() as d:

@@ -13,18 +13,6 @@ protected:
     void SetUp() override { dir_ = temp_dir(); }
     void TearDown() override { [[maybe_unused]] int rc = system(("rm -rf " + dir_).c_str()); }
     std::string path(const char* name) const { return dir_ + "/" + name; }
-    static void write_bytes(const std::string& p, const void* data, size_t n) {
-        FILE* f = open_file(p, "wb");
-        fwrite(data, 1, n, f);
-        fclose(f);
-    }
-    static std::vector<char> read_bytes(const std::string& p) {
-        FILE* f = open_file(p, "rb");
-        std::vector<char> b(file_size(f));
-        read_exact(b.data(), b.size(), f, p, "all");
-        fclose(f);
-        return b;
-    }
     std::string dir_;
 };
 

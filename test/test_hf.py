@@ -13,6 +13,7 @@ fp32 rounding alone:
           them by 1e-1 or more
 Weights themselves must convert exactly (fp32 both ways; bf16 is torch's round-to-nearest-even).
 """
+import contextlib
 import copy
 import json
 import os
@@ -22,10 +23,12 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
 import transformers
+from safetensors import safe_open as REAL_SAFE_OPEN
 from safetensors.torch import load_file, save_file
 
 sys.dont_write_bytecode = True
@@ -243,6 +246,42 @@ class HuggingFaceTest(unittest.TestCase):
         tokens = tokens[:[i for i, t in enumerate(tokens) if t == 50256][20]]
         self.assertEqual(tokenizer(text)["input_ids"], tokens)
         self.assertEqual(tokenizer.decode(tokens), text)
+
+
+class SafetensorsVersionsTest(unittest.TestCase):
+    """import_hf reads a bf16 safetensors file whatever the safetensors version (the pin in
+    scripts/prerequisites.sh): such a file never goes to safetensors' numpy reader, which fails on
+    bfloat16 (numpy has none), and which way it fails differs: 0.3.x raises AttributeError (from
+    numpy), later versions TypeError. Here the numpy reader behaves as 0.3.x's does."""
+
+    @staticmethod
+    @contextlib.contextmanager
+    def safe_open_0_3(path, framework, **kwargs):
+        with REAL_SAFE_OPEN(path, framework="pt") as pt, REAL_SAFE_OPEN(path, framework=framework, **kwargs) as f:
+            class Reader:
+                keys = f.keys
+
+                def get_tensor(self, name):
+                    if framework == "np" and pt.get_tensor(name).dtype == torch.bfloat16:
+                        raise AttributeError("module 'numpy' has no attribute 'bfloat16'")
+                    return f.get_tensor(name)
+            yield Reader()
+
+    def test_bf16_and_fp32_files_read_as_stored(self):
+        import import_hf
+        with tempfile.TemporaryDirectory() as tmp:
+            fp32_dir, bf16_dir = os.path.join(tmp, "fp32"), os.path.join(tmp, "bf16")
+            save_openai_style(random_gpt2(11, n_layer=1, n_head=2, n_embd=16, vocab_size=100, n_positions=16), fp32_dir)
+            fp32 = load_file(os.path.join(fp32_dir, "model.safetensors"))
+            bf16 = {k: v.bfloat16() if v.is_floating_point() else v for k, v in fp32.items()}
+            shutil.copytree(fp32_dir, bf16_dir)
+            save_file(bf16, os.path.join(bf16_dir, "model.safetensors"), metadata={"format": "pt"})
+            with mock.patch("safetensors.safe_open", self.safe_open_0_3):
+                for directory, stored in ((bf16_dir, bf16), (fp32_dir, fp32)):
+                    read = import_hf.read_weights(directory)
+                    self.assertEqual(sorted(read), sorted(stored))
+                    for k, v in stored.items():
+                        np.testing.assert_array_equal(read[k], v.float().numpy(), err_msg=f"{directory}: {k}")
 
 
 def expect_failure(testcase, cmd, out, *words):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/prerequisites.sh against stand-ins for dpkg-query, apt-get, id and python3: with everything
 # present it installs nothing and says nothing; a missing package is installed with one line saying why
-# (as root) or named in one line with the command to run (not root); a missing Python module is pip-installed.
+# (as root) or named in one line with the command to run (not root); a missing Python module, or one
+# at a version outside its pinned range, is pip-installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stubs=$(mktemp -d); trap 'rm -rf "$stubs"' EXIT
@@ -60,6 +61,26 @@ MISSING="" UID_AS=0 NO_SITE=1 run build
 [ $rc -eq 0 ] || fail "pip install: rc $rc: $out"
 grep -q "^prerequisites: installing tiktoken into .*python3 (GPT-2's BPE tokenizer, for the data scripts)$" <<<"$out" || fail "no line for tiktoken: $out"
 grep -qE "^pip -m pip install -q( --[a-z=-]+)* numpy tiktoken$" "$CALLS" || fail "pip not asked for numpy and tiktoken: $(cat "$CALLS")"
+
+# a Python package outside its pinned range is installed; at either end of it, nothing is. A
+# safetensors of the given version and a pip that records its arguments lead /usr/bin/python3's path.
+mkdir -p "$stubs/site/pip" "$stubs/site/safetensors"
+touch "$stubs/site/safetensors/__init__.py" "$stubs/site/pip/__init__.py"
+echo 'import os, sys; open(os.environ["CALLS"], "a").write("pip " + " ".join(sys.argv[1:]) + "\n")' >"$stubs/site/pip/__main__.py"
+for case in 0.3.2:install 0.3.3:none 0.8.0:none 0.99.1:none 1.0.0:install; do
+    version=${case%%:*}
+    rm -rf "$stubs/site/"safetensors-*.dist-info && mkdir "$stubs/site/safetensors-$version.dist-info"
+    printf 'Metadata-Version: 2.1\nName: safetensors\nVersion: %s\n' "$version" >"$stubs/site/safetensors-$version.dist-info/METADATA"
+    MISSING="" UID_AS=0 PYTHONPATH="$stubs/site" run test
+    [ $rc -eq 0 ] || fail "safetensors $version: rc $rc: $out"
+    if [ "${case#*:}" = install ]; then
+        grep -qx "prerequisites: installing safetensors>=0.3.3,<1 into /usr/bin/python3 (safetensors files, for the Hugging Face conversion tests)" <<<"$out" ||
+            fail "safetensors $version: no line for it: $out"
+        grep -qE "^pip install -q( --[a-z=-]+)* safetensors>=0.3.3,<1$" "$CALLS" || fail "safetensors $version: pip not asked: $(cat "$CALLS")"
+    else
+        [ -z "$out" ] && [ ! -s "$CALLS" ] || fail "safetensors $version is in range, yet: '$out', ran '$(cat "$CALLS")'"
+    fi
+done
 
 bash scripts/prerequisites.sh nonsense >/dev/null 2>&1 && fail "a bad level was accepted"
 echo "prerequisites script: all cases as expected"

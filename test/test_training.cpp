@@ -326,18 +326,59 @@ TEST(RunDir, CheckpointFilesAndLlmcRetirementRule) {
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
+std::string read_text(const std::string& path) {
+    std::vector<char> bytes = read_bytes(path);
+    return std::string(bytes.begin(), bytes.end());
+}
+
+// A run killed after its checkpoint at step 4 may leave main.log cut anywhere past the point the
+// checkpoint flushed it to, mid-line too. Resumed at 4, it keeps the lines before step 4 and
+// appends those from step 4 on again: at every cut position the result is the uncut log.
+TEST(RunDir, ResumedLogIsWholeWhereverTheKillCutIt) {
+    const std::string dir = temp_dir(), path = dir + "/main.log";
+    std::string before, after;  // the lines for steps before 4, and from 4 on
+    for (int step = 0; step <= 6; step++) {
+        char line[128];
+        std::string& part = step < 4 ? before : after;
+        if (step % 2 == 0) snprintf(line, sizeof(line), "s:%d tel:%f\n", step, 10.5 - step * 0.25), part += line;
+        if (step < 6) snprintf(line, sizeof(line), "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, 10.6 - step * 0.3, 1.5, 3e-4, 12.5, 81920.0), part += line;
+    }
+    const std::string whole = before + after;
+    for (size_t cut = before.size(); cut <= whole.size(); cut++) {
+        write_bytes(path, whole.data(), cut);
+        truncate_log(path, 4);
+        FILE* f = open_file(path, "a");
+        fputs(after.c_str(), f);
+        fclose(f);
+        ASSERT_EQ(read_text(path), whole) << "cut after " << cut << " bytes: " << whole.substr(0, cut);
+    }
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
 TEST(Progress, DurationsEtaAndMfu) {
     EXPECT_EQ(format_duration(42.4), "42s");
     EXPECT_EQ(format_duration(75), "1m15s");
     EXPECT_EQ(format_duration(3725), "1h02m05s");
     EXPECT_DOUBLE_EQ(eta_seconds(30.0, 10, 5), 15.0);
     EXPECT_DOUBLE_EQ(flops_per_token(124475904, 12, 768, 1024), 6.0 * 124475904 + 6.0 * 12 * 768 * 1024);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 80GB HBM3", true), 989e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 PCIe", true), 756e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200", true), 989e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA A100-SXM4-80GB", false), 19.5e12);
-    EXPECT_DOUBLE_EQ(peak_flops("NVIDIA L40S", true), 362e12);
-    EXPECT_EQ(peak_flops("Some GPU", true), 0.0);
+}
+
+// Peaks by whole name, as CUDA names the GPUs (dense figures of the vendors' data sheets): a name
+// that contains another (L40 / L4, H100 NVL / H100) gets its own; one not in the table, or a
+// part or a longer form of a name in it, none (MFU n/a).
+TEST(Progress, PeakFlopsByWholeGpuName) {
+    const std::vector<std::pair<const char*, double>> bf16 = {
+        {"NVIDIA L4", 121}, {"NVIDIA L40", 181}, {"NVIDIA L40S", 362},
+        {"NVIDIA H100 80GB HBM3", 989}, {"NVIDIA H100 PCIe", 756}, {"NVIDIA H100 NVL", 835},
+        {"NVIDIA H200", 989}, {"NVIDIA H200 NVL", 835}, {"NVIDIA GH200 480GB", 989},
+        {"NVIDIA A100-SXM4-40GB", 312}, {"NVIDIA A100-SXM4-80GB", 312}, {"NVIDIA A100-PCIE-40GB", 312},
+        {"NVIDIA A100 80GB PCIe", 312}, {"NVIDIA GeForce RTX 4090", 165.2},
+        {"Tesla T4", 0}, {"NVIDIA H100", 0}, {"H100 PCIe", 0}, {"NVIDIA L4 ", 0}, {"NVIDIA GeForce RTX 4090 D", 0}, {"", 0}};
+    for (const auto& [name, tflops] : bf16) EXPECT_DOUBLE_EQ(peak_flops(name, true), tflops * 1e12) << name;
+    const std::vector<std::pair<const char*, double>> fp32 = {
+        {"NVIDIA L4", 30.3}, {"NVIDIA L40", 90.5}, {"NVIDIA L40S", 91.6}, {"NVIDIA H100 80GB HBM3", 67},
+        {"NVIDIA H100 PCIe", 51}, {"NVIDIA H100 NVL", 60}, {"NVIDIA A100-SXM4-80GB", 19.5}, {"Tesla T4", 0}};
+    for (const auto& [name, tflops] : fp32) EXPECT_DOUBLE_EQ(peak_flops(name, false), tflops * 1e12) << name;
 }
 
 TEST(Schedule, ShapesAgreeWithTheirFormulas) {

@@ -108,6 +108,20 @@ inline double tolerance_ratio(const float* a, const float* b, size_t n, double r
     return nearest.ratio();
 }
 
+inline void write_bytes(const std::string& path, const void* data, size_t n) {
+    FILE* f = open_file(path, "wb");
+    write_exact(data, n, f, path);
+    fclose(f);
+}
+
+inline std::vector<char> read_bytes(const std::string& path) {
+    FILE* f = open_file(path, "rb");
+    std::vector<char> b(file_size(f));
+    read_exact(b.data(), b.size(), f, path, "all");
+    fclose(f);
+    return b;
+}
+
 inline void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
     int32_t h[256] = {kShardMagic, kShardVersion, (int32_t)tokens.size()};
     FILE* f = open_file(path, "wb");

@@ -11,16 +11,31 @@ inline double flops_per_token(size_t num_params, int L, int C, int T) {
     return 6.0 * (double)num_params + 6.0 * L * C * (double)T;
 }
 
-// Dense peak FLOP/s of the GPU named `device` (cudaDeviceProp::name): bf16 tensor cores, or fp32
-// without TF32 for the fp32 build. 0 when the GPU is not in the table.
+// Dense peak FLOP/s of the GPU named `device`: bf16 tensor cores, or fp32 without TF32 for the
+// fp32 build. The name is matched whole, as CUDA gives it (cudaDeviceProp::name, the name
+// nvidia-smi prints) and as llm.c's table matches it: part of a name tells GPUs apart no better
+// than a guess ("NVIDIA L40" contains "L4", "NVIDIA H100 NVL" contains "H100"). 0 when the GPU
+// is not in the table: MFU n/a.
 inline double peak_flops(const std::string& device, bool bf16) {
-    struct Peak { const char* name; double bf16, fp32; };  // TFLOP/s, from the vendors' data sheets
+    struct Peak { const char* name; double bf16, fp32; };  // TFLOP/s, dense, from the vendors' data sheets
     static const Peak peaks[] = {
-        {"H100 PCIe", 756, 51}, {"H100", 989, 67}, {"H200", 989, 67}, {"GH200", 989, 67},
-        {"A100", 312, 19.5}, {"L40S", 362, 91.6}, {"L4", 121, 30.3}, {"RTX 4090", 165.2, 82.6},
+        {"NVIDIA H100 80GB HBM3", 989, 67},  // SXM
+        {"NVIDIA H100 PCIe", 756, 51},
+        {"NVIDIA H100 NVL", 835, 60},
+        {"NVIDIA H200", 989, 67},  // SXM
+        {"NVIDIA H200 NVL", 835, 60},
+        {"NVIDIA GH200 480GB", 989, 67},
+        {"NVIDIA A100-SXM4-40GB", 312, 19.5},
+        {"NVIDIA A100-SXM4-80GB", 312, 19.5},
+        {"NVIDIA A100-PCIE-40GB", 312, 19.5},
+        {"NVIDIA A100 80GB PCIe", 312, 19.5},
+        {"NVIDIA L40S", 362, 91.6},
+        {"NVIDIA L40", 181, 90.5},
+        {"NVIDIA L4", 121, 30.3},
+        {"NVIDIA GeForce RTX 4090", 165.2, 82.6},
     };
-    for (const Peak& p : peaks)  // first match: "H100 PCIe" before "H100"
-        if (device.find(p.name) != std::string::npos) return (bf16 ? p.bf16 : p.fp32) * 1e12;
+    for (const Peak& p : peaks)
+        if (device == p.name) return (bf16 ? p.bf16 : p.fp32) * 1e12;
     return 0.0;
 }
 

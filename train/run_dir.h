@@ -67,15 +67,21 @@ inline void remove_partial_writes(const std::string& dir) {
 }
 
 // A run resumed at `step` appends to main.log; first the lines the killed run wrote for steps
-// from `step` on are dropped (they will be written again). Lines are "s:<step> ...".
+// from `step` on are dropped (they will be written again). Lines are "s:<step> ...". The log is
+// flushed at checkpoints only, so a kill can leave a last line cut short ("s:5"): it goes too,
+// or the first line appended would join it.
 inline void truncate_log(const std::string& path, int step) {
     FILE* in = fopen(path.c_str(), "r");
     if (in == nullptr) return;  // no log yet
     AtomicFile out(path);
-    for (char line[4096]; fgets(line, sizeof(line), in);) {
-        if (strncmp(line, "s:", 2) == 0 && atoi(line + 2) >= step) continue;
-        out.write(line, strlen(line));
+    char* line = nullptr;
+    size_t capacity = 0;
+    for (ssize_t n; (n = getline(&line, &capacity, in)) > 0;) {
+        const bool complete = line[n - 1] == '\n';
+        if (!complete || (strncmp(line, "s:", 2) == 0 && atoi(line + 2) >= step)) continue;
+        out.write(line, (size_t)n);
     }
+    free(line);
     fclose(in);
     out.commit();
 }
