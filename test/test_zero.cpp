@@ -387,9 +387,13 @@ TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
     for (int m = kAccum - 1; m < kMicros; m += kAccum)
         for (int g = 0; g <= last; g++) {
             const long next_step = m + 1 < kMicros ? fwd_want[m + 1][0] : end;
+            auto event_after = [&](long i) {  // the model's next event after log position i (the log's end: none)
+                const auto next = std::upper_bound(at.begin(), at.end(), i);
+                return next == at.end() ? end : *next;
+            };
             long until = next_step;
-            if (at_once) until = *std::upper_bound(at.begin(), at.end(), done[m][g]);
-            else if (g >= 3 && g <= L) until = *std::upper_bound(at.begin(), at.end(), done[m][g - 2]);
+            if (at_once) until = event_after(done[m][g]);
+            else if (g >= 3 && g <= L) until = event_after(done[m][g - 2]);
             int sent = 0, sent_in_time = 0;
             for (long i = fwd_want[m + 1 - kAccum][0]; i < next_step; i++)
                 if (log[i].what == What::GradsToHost && log[i].group == g) sent++, sent_in_time += i > done[m][g] && i < until;
