@@ -82,7 +82,11 @@ TEST_BINS += test/model_logits
 test: train_gpt $(TEST_BINS) $(TINY_DATA) | prerequisites-test
 	bash test/run_tests.sh
 
-bench: train_gpt $(TINY_DATA)
+# ZeRO-Offload's host AdamW against this machine's copy bandwidth (make bench runs it)
+scripts/bench_host_adamw: scripts/bench_host_adamw.cpp kernels/cpu/adamw.h kernels/shard_table.h
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $< -o $@
+
+bench: train_gpt $(TINY_DATA) scripts/bench_host_adamw
 	bash scripts/bench_cpu.sh
 
 # scripts/gpu_check.sh run as the GPU machine runs it, in a sandbox without a package manager,
@@ -92,4 +96,4 @@ gpu-rehearsal:
 	bash scripts/gpu_rehearsal.sh
 
 clean:
-	rm -f train_gpt test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32
+	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32

@@ -360,6 +360,7 @@ struct TrainConfig {
     float skip_loss_z = 0.0f, skip_grad_z = 0.0f;  // 0: off
     int shuffle = 1;
     int zero_stage = 0;
+    std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
     int recompute = 1;
     int master_weights = 1;
     int tf32 = 1;
@@ -419,6 +420,7 @@ static const Flag kFlags[] = {
     {"-y", "--resume", 'i', FIELD(resume), 0, 1, "1: continue from the latest checkpoint in the output directory, if any"},
     {"", "--shuffle", 'i', FIELD(shuffle), 0, 1, "1: each epoch permutes shards and windows (from --seed); 0: file order"},
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
+    {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
@@ -489,6 +491,7 @@ inline TrainConfig parse_args(int argc, char** argv) {
     if (!one_of(cfg.schedule, {"cosine", "linear", "constant", "wsd"}))
         fatal(2, "-k %s: expected cosine, linear, constant or wsd", cfg.schedule.c_str());
     if (!one_of(cfg.device, {"cpu", "cuda", "auto"})) fatal(2, "--device %s: expected cpu, cuda or auto", cfg.device.c_str());
+    if (!one_of(cfg.offload, {"none", "cpu"})) fatal(2, "--offload %s: expected none or cpu", cfg.offload.c_str());
     if (cfg.init_method != "mpi")
         fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
     return cfg;
@@ -643,6 +646,13 @@ void note_inapplicable_flags(const TrainConfig& cfg, const Zero<Backend>& zero) 
     if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
 }
 
+// --offload cpu keeps fp32 master weights on the host (DeepSpeed's layout); where the backend's
+// parameters are narrower than fp32, -w 0 would ask for none
+inline void check_offload_flags(const TrainConfig& cfg, bool params_narrower_than_fp32) {
+    if (cfg.offload == "cpu" && params_narrower_than_fp32 && cfg.master_weights == 0)
+        fatal(2, "--offload cpu keeps fp32 master weights on the host; it cannot go with -w 0");
+}
+
 // Linear warmup when -u is not given: none from a checkpoint (llm.c's default, whose runs start
 // from pretrained weights), 2/(1-beta2) steps from random weights, the untuned warmup that Ma &
 // Yarats (2021, "On the adequacy of untuned warmup for adaptive optimization") find enough for
@@ -689,9 +699,10 @@ struct Run {
         resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
         if (cfg.resume && resume_step == 0 && chatty) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
         const bool from_random = config_from_descriptor(cfg.init, &mc);
-        if (resume_step > 0) init = load_checkpoint(checkpoint_path(dir, "model", resume_step), &mc);
-        else if (from_random) init = random_init(mc, (uint64_t)cfg.seed);
-        else init = load_checkpoint(cfg.init, &mc);
+        const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
+        if (!weights.empty()) mc = checkpoint_config(weights);
+        check_offload(mc);  // before the model's parameters take their memory
+        init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
 
@@ -708,7 +719,8 @@ struct Run {
         open_tokenizer();
         check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
 
-        zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm, cfg.master_weights == 1);
+        zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm,
+                                               ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu"});
         zero->load(init.data());
         init = std::vector<float>();
         model = std::make_unique<GPT2<Backend>>(mc, B, T, cfg.recompute, *zero);
@@ -739,6 +751,13 @@ private:
             printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
         }
     }
+    // --offload cpu: the flags it cannot go with, and whether this rank's state fits in host memory
+    void check_offload(const GPT2Config& model) const {
+        if (cfg.offload != "cpu") return;
+        check_offload_flags(cfg, Backend::has_master_weights);
+        const PartitionPlan plan(param_groups(model), cfg.zero_stage == 0 ? 1 : world);
+        check_offload_fits(plan.shard_size(), sizeof(typename Backend::floatX));
+    }
     void restore_state(const std::string& path) {
         OptimizerState state = read_state(path, zero->plan().total(), zero->has_master_weights());
         if (zero->has_master_weights() && state.master.empty())
@@ -762,9 +781,11 @@ private:
         if (!cfg.quiet) {
             const ZeroMemory& m = zero->memory();
             const double MiB = 1 << 20;
-            printf("rank %d memory MiB: parameters %.2f | gradients %.2f | optimizer %.2f | activations %.2f | scratch %.2f | comm buffers %.2f\n",
+            printf("rank %d memory MiB: parameters %.2f | gradients %.2f | optimizer %.2f | activations %.2f | scratch %.2f | comm buffers %.2f",
                    rank, m.params / MiB, m.grads / MiB, m.optimizer / MiB, model->activation_bytes() / MiB,
                    model->scratch_bytes() / MiB, m.comm / MiB);
+            if (zero->offloads_optimizer()) printf(" || host: optimizer %.2f | staging %.2f", m.host_optimizer / MiB, m.host_staging / MiB);
+            printf("\n");
         }
     }
 };
@@ -887,6 +908,7 @@ template <class Backend>
 std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
     Run<Backend> run(cfg, comm);
     std::vector<StepRecord> records;
+    size_t peak_device_bytes = 0;  // on a GPU
     const auto run_start = std::chrono::steady_clock::now();
     for (int step = run.resume_step;; step++) {
         const bool last = step == run.max_steps;
@@ -914,8 +936,11 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
                    (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
         }
+        peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
         if (hook) hook(step, *run.zero);
     }
+    if (peak_device_bytes > 0 && !cfg.quiet)
+        printf("rank %d peak device memory in use after a step (every process on the GPU): %.2f MiB\n", run.rank, peak_device_bytes / 1048576.0);
     return records;
 }
 

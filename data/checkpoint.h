@@ -74,8 +74,9 @@ inline uint16_t float_to_bf16_bits(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
-inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
-    FILE* f = open_file(path, "rb");
+// the header of an open checkpoint -> *c, checked against itself and the file's size; returns
+// the bytes per parameter (4 or 2)
+inline size_t read_checkpoint_header(FILE* f, const std::string& path, GPT2Config* c) {
     int32_t h[256];
     read_exact(h, sizeof(h), f, path, "the checkpoint header");
     if (h[0] != kCheckpointMagic) fatal(1, "%s: bad magic %d in checkpoint (expected %d)", path.c_str(), h[0], kCheckpointMagic);
@@ -89,16 +90,31 @@ inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c
     c->padded_vocab_size = h[7];
     if (h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] <= 0 || h[6] <= 0 || h[6] % h[5] != 0 || h[7] < h[3])
         fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]);
-    ParamLayout layout(*c);
-    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = sizeof(h) + layout.total * elem;
+    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = sizeof(h) + ParamLayout(*c).total * elem;
     if (file_size(f) != expected)
         fatal(1, "%s: checkpoint is %zu bytes, expected %zu for this header", path.c_str(), file_size(f), expected);
-    std::vector<float> params(layout.total);
+    return elem;
+}
+
+// the model's shape alone, without reading its parameters
+inline GPT2Config checkpoint_config(const std::string& path) {
+    FILE* f = open_file(path, "rb");
+    GPT2Config c;
+    read_checkpoint_header(f, path, &c);
+    fclose(f);
+    return c;
+}
+
+inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
+    FILE* f = open_file(path, "rb");
+    const size_t elem = read_checkpoint_header(f, path, c);
+    const size_t total = ParamLayout(*c).total;
+    std::vector<float> params(total);
     if (elem == 4) {
-        read_exact(params.data(), layout.total * 4, f, path, "parameters");
+        read_exact(params.data(), total * 4, f, path, "parameters");
     } else {
-        std::vector<uint16_t> raw(layout.total);
-        read_exact(raw.data(), layout.total * 2, f, path, "parameters");
+        std::vector<uint16_t> raw(total);
+        read_exact(raw.data(), total * 2, f, path, "parameters");
         for (size_t i = 0; i < raw.size(); i++) params[i] = bf16_bits_to_float(raw[i]);
     }
     fclose(f);

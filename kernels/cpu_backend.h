@@ -106,18 +106,14 @@ struct CpuBackend {
         cpu::fused_classifier(logits, losses, targets, dloss, N, V, Vp);
     }
     static void mean_loss_add(double* acc, const float* losses, int N) { cpu::mean_loss_add(acc, losses, N); }
-    // AdamW over this rank's shard, tensor by tensor (master is unused here: fp32 params; seed
-    // feeds stochastic rounding on the CUDA backend)
+    // AdamW over this rank's shard, as the table maps it (master is unused here: fp32 params;
+    // seed feeds stochastic rounding where parameters are bf16)
     static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
                              const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
                              float grad_scale, int t, uint32_t seed) {
         (void)master;
-        (void)seed;
-        for (int j = 0; j < table.count; j++) {
-            const ShardTensor& e = table.host[j];
-            cpu::adamw_update(params + e.param_offset, grads + e.grad_offset, m + e.state_offset, v + e.state_offset,
-                              e.n, lr, beta1, beta2, eps, e.decay ? wd : 0.0f, grad_scale, t);
-        }
+        adamw_update_host(params, nullptr, grads, m, v, table.host, table.count, lr, beta1, beta2, eps, wd, grad_scale,
+                          t, seed);
     }
     // *out = sum of squares of the shard's gradients (out lives in backend memory)
     static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
@@ -126,4 +122,22 @@ struct CpuBackend {
             sum += (float)cpu::sum_squares(grads + table.host[j].grad_offset, table.host[j].n);
         *out = sum;
     }
+
+    // ZeRO-Offload (zero/offload.h): backend memory is host memory here, so its transfers are
+    // copies done at once; the offload path still goes through them and through its own buffers
+    static void* alloc_pinned(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }  // nullptr: not had
+    static void release_pinned(void* p) { free(p); }
+    static void transfers_after_kernels() {}
+    static void kernels_after_transfers() {}
+    static void transfer_to_host(void* host, const void* src, size_t bytes) { memcpy(host, src, bytes); }
+    static void transfer_from_host(void* dst, const void* host, size_t bytes) { memcpy(dst, host, bytes); }
+    static uint64_t transfer_mark() { return 0; }
+    static void transfer_wait(uint64_t) {}
+    static void adamw_update_host(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                                  const ShardTensor* table, int count, float lr, float beta1, float beta2, float eps,
+                                  float wd, float grad_scale, int t, uint32_t seed) {
+        cpu::adamw_update(params, master, grads, m, v, table, count,
+                          cpu::AdamWStep{lr, beta1, beta2, eps, wd, grad_scale, t, seed});
+    }
+    static size_t device_memory_in_use() { return 0; }  // no device
 };

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "cpu/adamw.h"  // the host AdamW of ZeRO-Offload
 #include "cuda/adamw.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/classifier.cuh"
@@ -20,6 +21,7 @@
 #include "cuda/matmul.cuh"
 #include "cuda/norm.cuh"
 #include "cuda/residual.cuh"
+#include "cuda/transfer.cuh"
 
 struct CudaBackend {
     using floatX = gpu::floatX;
@@ -186,5 +188,45 @@ struct CudaBackend {
     // *out = sum of squares of the shard's gradients (out is device memory)
     static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
         gpu::grad_norm_squared(out, grads, table);
+    }
+
+    // ZeRO-Offload (zero/offload.h): pinned host memory (nullptr when it cannot be had), the
+    // transfers of kernels/cuda/transfer.cuh, and AdamW on the host's cores
+    static void* alloc_pinned(size_t bytes) {
+        void* p = nullptr;
+        if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return nullptr;
+        }
+        memset(p, 0, bytes);
+        return p;
+    }
+    static void release_pinned(void* p) { CUDA_CHECK(cudaFreeHost(p)); }
+    static void transfers_after_kernels() { gpu::transfers_after_kernels(); }
+    static void kernels_after_transfers() { gpu::kernels_after_transfers(); }
+    static void transfer_to_host(void* host, const void* src, size_t bytes) {
+        gpu::transfer(host, src, bytes, cudaMemcpyDeviceToHost);
+    }
+    static void transfer_from_host(void* dst, const void* host, size_t bytes) {
+        gpu::transfer(dst, host, bytes, cudaMemcpyHostToDevice);
+    }
+    static uint64_t transfer_mark() { return gpu::transfer_mark(); }
+    static void transfer_wait(uint64_t mark) { gpu::transfer_wait(mark); }
+#ifdef ENABLE_FP32
+    using HostX = float;
+#else
+    using HostX = uint16_t;  // bf16 bits: the host kernel's view of floatX
+#endif
+    static void adamw_update_host(floatX* params, float* master, const floatX* grads, float* m, float* v,
+                                  const ShardTensor* table, int count, float lr, float beta1, float beta2, float eps,
+                                  float wd, float grad_scale, int t, uint32_t seed) {
+        cpu::adamw_update((HostX*)params, master, (const HostX*)grads, m, v, table, count,
+                          cpu::AdamWStep{lr, beta1, beta2, eps, wd, grad_scale, t, seed});
+    }
+    // bytes of device memory in use by every process on this GPU
+    static size_t device_memory_in_use() {
+        size_t free = 0, total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free, &total));
+        return total - free;
     }
 };

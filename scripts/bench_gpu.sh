@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmark: tok/s and MFU of d12 (B=64, T=1024), d24 and d48 (recomputing activations) on
-# one GPU. MFU is the trainer's own (its step lines: 6N + 6LCT FLOPs per token, N with the padded
+# one GPU, and last d48 with --offload cpu (ZeRO-Offload: the optimizer on the host), with its
+# peak device memory. MFU is the trainer's own (its step lines: 6N + 6LCT FLOPs per token, N with the padded
 # vocabulary, as llm.c counts, against the GPU's dense peak in train/progress.h), averaged here.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,15 +20,18 @@ report() {  # TITLE ROWS OUTPUT: "bench TITLE: ms/step, tok/s, MFU" of train_gpt
     awk -v title="$1" -v rows="$2" -v ms="$ms" -v mfu="$mfu" 'BEGIN {
         printf "bench %s: %.1f ms/step, %.0f tok/s, MFU %s\n", title, ms, rows * 1024 / (ms / 1000), mfu }'
 }
-bench() {  # DESC B STEPS RECOMPUTE
-    local out L
-    out=$(./train_gpt --device cuda -e "$1" -b "$2" -t 1024 -x "$3" -r "$4" -v 0 -s 0 -o "" -i "$DATA" 2>&1)
-    report "$1 B=$2 T=1024 r=$4" "$2" "$out" || return
+bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
+    local out L desc=$1 b=$2 steps=$3 r=$4
+    shift 4
+    out=$(./train_gpt --device cuda -e "$desc" -b "$b" -t 1024 -x "$steps" -r "$r" -v 0 -s 0 -o "" -i "$DATA" "$@" 2>&1)
+    report "$desc B=$b T=1024 r=$r${*:+ $*}" "$b" "$out" || return
     L=$(echo "$out" | grep -oE 'L=[0-9]+' | head -1 | cut -d= -f2)
-    echo "$out" | grep -E '^rank 0 memory' | head -1
+    echo "$out" | grep -E '^rank 0 (memory|peak device memory)'
     # expected from the code (test_kernels_cuda's LaunchesPerStep): 35 per layer + 16, and per
-    # layer one more GELU with -r 1, two more layernorms with -r 2
-    local want=$((35 * L + 16 + (${4} >= 1 ? L : 0) + (${4} >= 2 ? 2 * L : 0)))
+    # layer one more GELU with -r 1, two more layernorms with -r 2; offloaded, AdamW is no launch
+    local offloaded=0
+    [[ " $* " == *" --offload cpu "* ]] && offloaded=1
+    local want=$((35 * L + 16 + (r >= 1 ? L : 0) + (r >= 2 ? 2 * L : 0) - offloaded))
     echo "$(echo "$out" | grep -E '^rank 0 kernel launches' | head -1) (expected $want)"
 }
 bench d12 64 30 0
@@ -43,3 +47,5 @@ if command -v mpirun >/dev/null; then
         report "d12 B=16 T=1024, 2 ranks sharing the GPU, ZeRO $z" 32 "$out"
     done
 fi
+# GPT-2 1.5B on one GPU with the optimizer state (12 bytes per parameter, 18.7 GB) on the host
+bench d48 16 10 2 --offload cpu

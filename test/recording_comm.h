@@ -10,7 +10,7 @@
 
 class RecordingComm : public Communicator {
 public:
-    enum class What { Start, Wait, ParamsWanted, GradsDone };
+    enum class What { Start, Wait, ParamsWanted, GradsDone, GradsToHost };
     enum class Op { AllReduce, ReduceScatter, AllGather };
     struct Entry {
         What what;
@@ -72,7 +72,7 @@ public:
     }
     void note(Event event, int group) override {
         if (event == Event::Serves) serves_ = group;
-        else log_.push_back({event == Event::ParamsWanted ? What::ParamsWanted : What::GradsDone, group});
+        else log_.push_back({event == Event::ParamsWanted ? What::ParamsWanted : event == Event::GradsDone ? What::GradsDone : What::GradsToHost, group});
     }
 
 protected:

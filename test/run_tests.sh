@@ -22,7 +22,7 @@ gtest_counts() {
 run_gtest() {  # NAME COMMAND...
     local name=$1; shift
     echo "== $name"
-    if ! timeout 900 "$@" --gtest_color=no >"$log" 2>&1; then grep -a -E 'Failure|FAILED|error' "$log" | head -40; fi
+    if ! timeout 900 "$@" --gtest_color=no >"$log" 2>&1; then grep -a -E -A4 'Failure$|FAILED|error' "$log" | head -60; fi
     gtest_counts "$log"
     grep -a -E '^\[  (PASSED|FAILED)  \]|skipped' "$log" | head -5
 }

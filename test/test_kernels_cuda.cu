@@ -530,6 +530,42 @@ TEST_F(Cuda, AdamWSeedReproducible) {
         << "adamw: rounding depends on where a parameter sits in the shard";
 }
 
+// ZeRO-Offload's host update (G::adamw_update_host, on the CPU's cores) against the GPU's kernel
+// on the same shard: m, v and master within fp32 rounding (the two compilers contract multiply-
+// adds differently), and the parameters rounded with the same random bits, so equal wherever the
+// two masters round alike, which is all but a handful of elements. Parameters and gradients share
+// one host buffer, as in the offload's staging.
+TEST_F(Cuda, HostAdamWMatchesTheGpuKernel) {
+    const size_t n = 100000;
+    std::vector<float> master = random_vec(n, -1, 1, 90), grad = random_vec(n, -1, 1, 91);
+    std::vector<float> m = random_vec(n, -0.1f, 0.1f, 92), v = random_vec(n, 0.0f, 0.01f, 93);
+    for (size_t i = 0; i < n; i++) master[i] += 1e-5f * std::sin((float)i);
+    const std::vector<ShardTensor> entries = flat_pieces(n, {n / 3, n / 2});
+    DevTable table(entries);
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    Dev<X> d_param = up(master), d_grad = up(grad);
+    Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
+    G::adamw_update(d_param.p, G::has_master_weights ? d_master.p : nullptr, d_grad.p, d_m.p, d_v.p, table.table, lr, b1, b2,
+                    eps, wd, scale, 3, 77);
+    // the host's staging: floatX gradients in, floatX parameters out
+    std::vector<X> staging(n);
+    G::to_host(staging.data(), d_grad.p, n * sizeof(X));
+    std::vector<float> h_master = G::has_master_weights ? master : down(up(master));
+    G::adamw_update_host(staging.data(), h_master.data(), staging.data(), m.data(), v.data(), entries.data(),
+                         (int)entries.size(), lr, b1, b2, eps, wd, scale, 3, 77);
+    expect_close(m, down(d_m), {1e-6f, 1e-5f}, "host adamw m");
+    expect_close(v, down(d_v), {1e-6f, 1e-5f}, "host adamw v");
+    if (G::has_master_weights) expect_close(h_master, down(d_master), {1e-6f, 1e-6f}, "host adamw master");
+    std::vector<unsigned char> host_bits(n * sizeof(X)), gpu_bits = bytes(d_param);
+    memcpy(host_bits.data(), staging.data(), host_bits.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&host_bits[i * sizeof(X)], &gpu_bits[i * sizeof(X)], sizeof(X)) != 0;
+    EXPECT_LT(differ, n / 1000) << "host and GPU round " << differ << " of " << n << " parameters differently";
+    std::vector<float> host_params(n);
+    for (size_t i = 0; i < n; i++) host_params[i] = (float)staging[i];
+    expect_close(host_params, down(d_param), kExact, "host adamw parameters");
+}
+
 TEST_F(Cuda, GradNormSquared) {
     for (size_t n : {(size_t)7, (size_t)100003, (size_t)3000000}) {
         SCOPED_TRACE(testing::Message() << "n=" << n);
@@ -601,23 +637,26 @@ TEST_F(Cuda, LaunchesPerStep) {
     std::vector<float> init = random_init(mc, 5);
     std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 91);
     SingleComm comm(CudaBackend::copy);
-    Zero<CudaBackend> zero(0, param_groups(mc), comm);
-    zero.load(init.data());
-    GPT2<CudaBackend> model(mc, B, T, 0, zero);
-    LossSum<CudaBackend> loss;
-    uint64_t launches[2];
-    for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
-        const uint64_t before = CudaBackend::launches();
-        zero.zero_grads();
-        model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
-        loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
-        model.backward(B, T);
-        zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
-        loss.take();
-        launches[s] = CudaBackend::launches() - before;
+    for (const bool offload : {false, true}) {  // offloaded, AdamW runs on the host: one launch fewer
+        Zero<CudaBackend> zero(0, param_groups(mc), comm, ZeroOptions{true, offload});
+        zero.load(init.data());
+        GPT2<CudaBackend> model(mc, B, T, 0, zero);
+        LossSum<CudaBackend> loss;
+        uint64_t launches[2];
+        for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
+            const uint64_t before = CudaBackend::launches();
+            zero.zero_grads();
+            model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+            loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
+            zero.reduce_during_backward(true);
+            model.backward(B, T);
+            zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
+            loss.take();
+            launches[s] = CudaBackend::launches() - before;
+        }
+        EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16 - offload)) << (offload ? "offloaded" : "");
+        EXPECT_EQ(launches[0], launches[1]);
     }
-    EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16));
-    EXPECT_EQ(launches[0], launches[1]);
 }
 
 // The whole model on the GPU against the PyTorch debug state that the CPU test uses. The fp32

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu_backend.h"
@@ -379,25 +380,99 @@ TEST(Ops, FusedClassifier) {
         for (int j = V; j < Vp; j++) EXPECT_EQ(dlogits[(size_t)i * Vp + j], 0.0f) << "padded column " << j << " of row " << i;
 }
 
+// three tensors of one shard table, weight decay on the first and last, each at its own place
+// in the parameter, gradient and state buffers
 TEST(Ops, AdamW) {
-    const size_t n = 50;
-    auto param = random_floats(n, 28), grad = random_floats(n, 29), m = random_floats(n, 30, -0.1f, 0.1f),
+    const size_t n = 50, P = 100, G = 200;
+    auto param = random_floats(P + n, 28), grad = random_floats(G + n, 29), m = random_floats(n, 30, -0.1f, 0.1f),
          v = random_floats(n, 31, 0.0f, 0.01f);
-    const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-6f, wd = 0.1f, scale = 0.5f;
-    const int t = 3;
-    Vec want_p(n), want_m(n), want_v(n);
+    const std::vector<ShardTensor> table = {{0, 20, P + 30, G + 30, 30, 0, 1}, {20, 10, P + 20, G, 20, 0, 0}, {30, 20, P, G + 10, 0, 0, 1}};
+    const cpu::AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-6f, 0.1f, 0.5f, 3, 0};
+    Vec want_p = widen(param), want_m = widen(m), want_v = widen(v);
     // g = scale grad; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
-    for (size_t i = 0; i < n; i++) {
-        const double g = (double)scale * grad[i];
-        want_m[i] = (double)beta1 * m[i] + (1.0 - beta1) * g;
-        want_v[i] = (double)beta2 * v[i] + (1.0 - beta2) * g * g;
-        const double mhat = want_m[i] / (1.0 - std::pow((double)beta1, t)), vhat = want_v[i] / (1.0 - std::pow((double)beta2, t));
-        want_p[i] = param[i] - (double)lr * (mhat / (std::sqrt(vhat) + eps) + (double)wd * param[i]);
-    }
-    cpu::adamw_update(param.data(), grad.data(), m.data(), v.data(), n, lr, beta1, beta2, eps, wd, scale, t);
+    for (const ShardTensor& e : table)
+        for (size_t i = 0; i < e.n; i++) {
+            const size_t k = e.state_offset + i, p = e.param_offset + i;
+            const double g = (double)s.grad_scale * grad[e.grad_offset + i], wd = e.decay ? s.weight_decay : 0.0;
+            want_m[k] = (double)s.beta1 * m[k] + (1.0 - s.beta1) * g;
+            want_v[k] = (double)s.beta2 * v[k] + (1.0 - s.beta2) * g * g;
+            const double mhat = want_m[k] / (1.0 - std::pow((double)s.beta1, s.t)), vhat = want_v[k] / (1.0 - std::pow((double)s.beta2, s.t));
+            want_p[p] = param[p] - (double)s.lr * (mhat / (std::sqrt(vhat) + s.eps) + wd * param[p]);
+        }
+    cpu::adamw_update(param.data(), (float*)nullptr, grad.data(), m.data(), v.data(), table.data(), 3, s);
     expect_close("adamw m", m, want_m, 1e-6, 1e-9);
     expect_close("adamw v", v, want_v, 1e-6, 1e-9);
     expect_close("adamw parameters", param, want_p, 1e-6, 1e-9);
+}
+
+// The host update of ZeRO-Offload with bf16 parameters and gradients (uint16_t bits) in one
+// staging buffer: master, m and v exactly as the fp32 update makes them from the same gradients;
+// the parameters master rounded to one of its two neighbouring bf16 values, up about as often as
+// master lies towards the upper one; the random bits follow each element's place in the model
+// (here across 2^32, where the hashed index changes its high half), not its place in the table,
+// nor the thread count.
+TEST(Ops, AdamWBf16ParametersRoundStochastically) {
+    const size_t n = 20000, a = 7000;
+    auto master = random_floats(n, 40), m = random_floats(n, 42, -0.1f, 0.1f), v = random_floats(n, 43, 0.0f, 0.01f);
+    std::vector<uint16_t> grad16(n);
+    std::vector<float> grad(n);
+    for (size_t i = 0; i < n; i++) {
+        grad16[i] = (uint16_t)(0x3c00 + i * 7919 % 0x800);  // 2^-7 .. 2^-5, signs both ways below
+        if (i % 3 == 0) grad16[i] |= 0x8000;
+        grad[i] = cpu::param_to_float(grad16[i]);
+    }
+    const uint64_t flat = (1ull << 32) - 5000;  // the first tensor's place: it crosses 2^32
+    const std::vector<ShardTensor> table = {{0, a, 0, 0, 0, flat, 1}, {a, n - a, a, a, a, flat + a, 0}};
+    const cpu::AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3, 1234};
+    std::vector<float> want_master = master, want_m = m, want_v = v;
+    cpu::adamw_update(want_master.data(), (float*)nullptr, grad.data(), want_m.data(), want_v.data(), table.data(), 2, s);
+    auto update = [&](const std::vector<ShardTensor>& t, int threads, std::vector<float>* master_out) {
+        std::vector<uint16_t> staging = grad16;
+        std::vector<float> mw = master, mm = m, vv = v;
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        cpu::adamw_update(staging.data(), mw.data(), staging.data(), mm.data(), vv.data(), t.data(), (int)t.size(), s);
+        omp_set_num_threads(before);
+        EXPECT_TRUE(mm == want_m && vv == want_v) << "moments differ from the fp32 update's";
+        if (master_out) *master_out = mw;
+        return staging;
+    };
+    std::vector<float> got_master;
+    const std::vector<uint16_t> params = update(table, 2, &got_master);
+    EXPECT_TRUE(got_master == want_master) << "master differs from the fp32 update's";
+    size_t bad = 0, ups = 0, inexact = 0, near_top_up = 0, near_top = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &got_master[i], 4);
+        const uint16_t down = (uint16_t)(bits >> 16);
+        const uint32_t below = bits & 0xffff;  // how far towards the next bf16, in 1/65536
+        bad += params[i] != down && params[i] != down + 1;
+        if (below == 0) {
+            bad += params[i] != down;
+            continue;
+        }
+        inexact++;
+        ups += params[i] == down + 1;
+        if (below > 0xe000) near_top++, near_top_up += params[i] == down + 1;
+    }
+    EXPECT_EQ(bad, 0u) << "a parameter is not master rounded to a neighbouring bf16";
+    // with the random bits the GPU's kernel draws for the element (kernels/cuda/common.cuh)
+    size_t not_as_gpu = 0;
+    for (const ShardTensor& e : table)
+        for (size_t i = 0; i < e.n; i++) {
+            uint32_t bits;
+            memcpy(&bits, &got_master[e.state_offset + i], 4);
+            not_as_gpu += params[e.param_offset + i] != bf16_round_stochastic(bits, random_u32(s.seed, rounding_index(e, i)));
+        }
+    EXPECT_EQ(not_as_gpu, 0u) << "rounded with other random bits than the GPU's kernel";
+    EXPECT_GT(ups, inexact * 2 / 5) << "rounds up too rarely";
+    EXPECT_LT(ups, inexact * 3 / 5) << "rounds up too often";
+    EXPECT_GT(near_top_up, near_top * 4 / 5) << "values just below the next bf16 do not round up mostly";
+    // the same elements as three entries in another order (with the decay flags they had)
+    const std::vector<ShardTensor> reordered = {{0, n - a, a, a, a, flat + a, 0}, {n - a, 4000, 0, 0, 0, flat, 1},
+                                                {n - a + 4000, a - 4000, 4000, 4000, 4000, flat + 4000, 1}};
+    EXPECT_TRUE(update(reordered, 2, nullptr) == params) << "rounding depends on the table, not the place in the model";
+    EXPECT_TRUE(update(table, 1, nullptr) == params && update(table, 3, nullptr) == params) << "rounding depends on the thread count";
 }
 
 TEST(Ops, SumSquares) {

@@ -47,6 +47,12 @@ TEST(Flags, BadValuesExitWithCode2) {
     EXPECT_EXIT(parse({"--eps", "0"}), ExitedWithCode(2), "--eps 0");
     EXPECT_EXIT(parse({"-k", "step"}), ExitedWithCode(2), "-k step: expected cosine, linear, constant or wsd");
     EXPECT_EXIT(parse({"--device", "tpu"}), ExitedWithCode(2), "--device tpu: expected cpu, cuda or auto");
+    EXPECT_EXIT(parse({"--offload", "nvme"}), ExitedWithCode(2), "--offload nvme: expected none or cpu");
+    // offload keeps fp32 master weights: with bf16 parameters (the CUDA build's) -w 0 cannot be had
+    EXPECT_EXIT(check_offload_flags(parse({"--offload", "cpu", "-w", "0"}), true), ExitedWithCode(2), "cannot go with -w 0");
+    EXPECT_EXIT((check_offload_flags(parse({"--offload", "cpu", "-w", "0"}), false), check_offload_flags(parse({"--offload", "cpu"}), true),
+                 check_offload_flags(parse({"-w", "0"}), true), exit(0)),
+                ExitedWithCode(0), "");
     EXPECT_EXIT(config_from_descriptor("L=2,X=3", new GPT2Config), ExitedWithCode(2), "unknown model descriptor key 'X'");
     EXPECT_EXIT(config_from_descriptor("L=2,NH=3,C=8", new GPT2Config), ExitedWithCode(2), "C=8 is not a multiple of NH=3");
 }
@@ -94,6 +100,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"-y", "--resume", {"0", "1"}, {"-1", "2", "x"}},
     {"", "--shuffle", {"0", "1"}, {"-1", "2", "x"}},
     {"-z", "--zero", {"0", "3"}, {"-1", "4", "x"}},
+    {"", "--offload", {"none", "cpu"}, {"nvme", "gpu"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
     {"-w", "--master-weights", {"0", "1"}, {"-1", "2", "x"}},
     {"-f", "--tf32", {"0", "1"}, {"-1", "2", "x"}},
@@ -121,7 +128,7 @@ std::string describe(const TrainConfig& c) {
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
-      << c.zero_stage << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
+      << c.zero_stage << '|' << c.offload << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method

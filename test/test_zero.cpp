@@ -279,15 +279,21 @@ TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
 //   - each of these collectives but the embedding's is waited for only after the model's next
 //     event: something is computed while it moves
 //   - no collective starts on buffers one in flight uses, each is waited for once
-class Schedule : public ::testing::TestWithParam<int> {};
+// The same with --offload cpu, whose update comes between the steps' collectives; and there each
+// group's gradients leave for the host once per step, in the step's last backward, as soon as
+// their reduction is finished: at stage 0 on one rank at once, else when the group two below
+// starts its reduction in the same slot (so during the backward for every layer but the first
+// two; those, the embedding and the final layernorm finish when the norm is taken).
+class Schedule : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
-    const int stage = GetParam(), kMicros = 2 * kAccum;
+    const int stage = std::get<0>(GetParam()), kMicros = 2 * kAccum;
     const char* deep_model = "L=4,NH=2,C=16,V=200,maxT=16";
     MpiComm mpi = make_comm(MPI_COMM_WORLD);
     RecordingComm comm(mpi);
     TrainConfig cfg = config(stage, kAccum, comm.world());
     cfg.init = deep_model;
     cfg.max_steps = kMicros / kAccum;
+    cfg.offload = std::get<1>(GetParam()) ? "cpu" : "none";
     train<TestBackend>(cfg, comm);
 
     GPT2Config mc;
@@ -374,11 +380,32 @@ TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
             problems.push_back("group " + std::to_string(log[i].group) + ": collective " + std::to_string(log[i].ticket) +
                                " waited for before the model computed anything");
     }
+    // offloaded gradients: once per step, after the group's last backward of the step, and (but
+    // for the groups whose slot no later group reuses) before the model's event after the group
+    // two below is done
+    const bool offload = cfg.offload == "cpu", at_once = stage == 0 && comm.world() == 1;
+    for (int m = kAccum - 1; m < kMicros; m += kAccum)
+        for (int g = 0; g <= last; g++) {
+            const long next_step = m + 1 < kMicros ? fwd_want[m + 1][0] : end;
+            auto event_after = [&](long i) {  // the model's next event after log position i (the log's end: none)
+                const auto next = std::upper_bound(at.begin(), at.end(), i);
+                return next == at.end() ? end : *next;
+            };
+            long until = next_step;
+            if (at_once) until = event_after(done[m][g]);
+            else if (g >= 3 && g <= L) until = event_after(done[m][g - 2]);
+            int sent = 0, sent_in_time = 0;
+            for (long i = fwd_want[m + 1 - kAccum][0]; i < next_step; i++)
+                if (log[i].what == What::GradsToHost && log[i].group == g) sent++, sent_in_time += i > done[m][g] && i < until;
+            if (sent != (offload ? 1 : 0) || sent_in_time != sent)
+                problems.push_back("group " + std::to_string(g) + ": gradients sent to the host " + std::to_string(sent) + " time(s), " +
+                                   std::to_string(sent - sent_in_time) + " late, in micro-step " + std::to_string(m));
+        }
     std::string first;
     for (size_t i = 0; i < problems.size() && i < 3; i++) first += "\n  " + problems[i];
-    EXPECT_EQ(failures_everywhere((int)problems.size()), 0) << "stage " << stage << " on " << comm.world() << " rank(s):" << first;
+    EXPECT_EQ(failures_everywhere((int)problems.size()), 0) << "stage " << stage << (cfg.offload == "cpu" ? " offloaded" : "") << " on " << comm.world() << " rank(s):" << first;
 }
-INSTANTIATE_TEST_SUITE_P(Stages, Schedule, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Stages, Schedule, ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Bool()));
 
 // One AdamW step from the same gradients (rank 0 holds them, the others add zeros, so every
 // sum is exact) leaves bit-identical parameters at every stage and rank count as stage 0 on one
@@ -453,6 +480,159 @@ TEST(Resume, AtAnotherRankCount) {
     }
     EXPECT_EQ(failures_everywhere(bad), 0) << N << " ranks resumed on one differ";
 }
+
+// ZeRO-Offload (--offload cpu) against the same run without it, at every stage: each step's
+// record (loss, norm, z-scores, skip), this rank's shard after every step, and the final
+// checkpoint's model and state files. On the CPU backend bit for bit, over enough steps that the
+// lr warms up and decays, gradients are clipped and -sg skips updates (the host update is the
+// CPU backend's own kernel, reached through the offload's own buffers and copies). On CUDA the
+// device update is another kernel, so within kTol, over kSteps without skips. Also the memory:
+// no optimizer state in backend memory, 12 bytes per shard element in host memory and one
+// parameter's worth of staging.
+#ifdef __CUDACC__
+constexpr bool kOffloadBitExact = false;
+constexpr int kOffloadSteps = kSteps;
+#else
+constexpr bool kOffloadBitExact = true;
+constexpr int kOffloadSteps = OutlierDetector::kWindow + 12;
+#endif
+
+struct OffloadRun {
+    std::vector<StepRecord> records;
+    std::vector<std::vector<float>> shards;  // after each step
+    std::vector<float> model, master;        // the final checkpoint, read back (rank 0)
+    std::vector<char> model_bytes, state_bytes;
+    int bad_memory = 0;
+};
+
+std::vector<char> file_bytes(const std::string& path) {
+    std::vector<char> bytes;
+    if (FILE* f = fopen(path.c_str(), "rb")) {
+        for (int c; (c = fgetc(f)) != EOF;) bytes.push_back((char)c);
+        fclose(f);
+    }
+    return bytes;
+}
+
+// elements in a rank's shard when each tensor is cut into `chunks`, from the model alone
+uint64_t shard_elements(int chunks) {
+    GPT2Config mc;
+    config_from_descriptor(kModelDesc, &mc);
+    uint64_t S = 0;
+    for (const auto& g : param_groups(mc))
+        for (const auto& t : g) S += (t.n + chunks - 1) / chunks;
+    return S;
+}
+
+OffloadRun train_offload_case(MpiComm& comm, int stage, bool offload, const std::string& dir) {
+    TrainConfig cfg = config(stage, kAccum, comm.world());
+    cfg.max_steps = kOffloadSteps;
+    // a small lr keeps the gradient norm level, so that its z-score crosses 0.5 now and then
+    cfg.lr = 1e-3f;
+    cfg.skip_grad_z = kOffloadBitExact ? 0.5f : 0.0f;
+    cfg.offload = offload ? "cpu" : "none";
+    cfg.output_dir = dir;
+    OffloadRun run;
+    run.records = train<TestBackend>(cfg, comm, [&](int, Zero<TestBackend>& zero) {
+        run.shards.push_back(zero.shard_to_host());
+        const ZeroMemory& m = zero.memory();
+        const uint64_t P = shard_elements(1), S = shard_elements(stage == 0 ? 1 : comm.world()), X = sizeof(TestBackend::floatX);
+        const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
+        const uint64_t state = (TestBackend::has_master_weights ? 3 : 2) * 4;
+        if (offload)
+            run.bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 0 ||
+                              m.host_optimizer != 12 * S || m.host_staging != X * S;
+        else
+            run.bad_memory += m.optimizer != state * S || m.host_optimizer != 0 || m.host_staging != 0;
+    });
+    comm.barrier();
+    if (comm.rank() == 0) {
+        GPT2Config c;
+        run.model = load_checkpoint(checkpoint_path(dir, "model", kOffloadSteps), &c);
+        run.master = read_state(checkpoint_path(dir, "state", kOffloadSteps), run.model.size(), true).master;
+        run.model_bytes = file_bytes(checkpoint_path(dir, "model", kOffloadSteps));
+        run.state_bytes = file_bytes(checkpoint_path(dir, "state", kOffloadSteps));
+    }
+    comm.barrier();
+    if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+    return run;
+}
+
+// equal bit for bit where kOffloadBitExact, else within kTol
+int differences(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return 1;
+    if (kOffloadBitExact) return memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
+    int bad = 0;
+    for (size_t i = 0; i < a.size(); i++) bad += !close(a[i], b[i], kTol, kTol);
+    return bad;
+}
+
+class OffloadStage : public ::testing::TestWithParam<int> {};
+
+TEST_P(OffloadStage, EqualsTrainingWithoutOffload) {
+    const int stage = GetParam();
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::string dir = g_data_dir + "/offload_" + std::to_string(stage);
+    const OffloadRun plain = train_offload_case(comm, stage, false, dir), offloaded = train_offload_case(comm, stage, true, dir);
+    int bad_records = plain.records.size() != offloaded.records.size(), bad_shards = 0;
+    for (size_t s = 0; s < plain.records.size() && !bad_records; s++) {
+        const StepRecord &a = plain.records[s], &b = offloaded.records[s];
+        bad_records += kOffloadBitExact ? memcmp(&a, &b, sizeof(a)) != 0
+                                        : !close(a.loss, b.loss, kTol) || !close(a.norm, b.norm, kTol) || a.skipped != b.skipped;
+        bad_shards += differences(plain.shards[s], offloaded.shards[s]);
+    }
+    int bad_checkpoint = differences(plain.model, offloaded.model) + differences(plain.master, offloaded.master);
+    if (kOffloadBitExact) bad_checkpoint += plain.model_bytes != offloaded.model_bytes || plain.state_bytes != offloaded.state_bytes;
+    EXPECT_EQ(failures_everywhere(bad_records), 0) << "step records differ with offload";
+    EXPECT_EQ(failures_everywhere(bad_shards), 0) << "a shard differs with offload";
+    EXPECT_EQ(failures_everywhere(bad_checkpoint), 0) << "the final checkpoint differs with offload";
+    EXPECT_EQ(failures_everywhere(plain.bad_memory + offloaded.bad_memory), 0) << "memory per category differs from the formula";
+    // what the comparison covered: clipped gradients, and on the CPU skipped updates
+    int clipped = 0, skipped = 0;
+    for (const StepRecord& r : plain.records) clipped += r.norm > 1.0f, skipped += r.skipped;
+    EXPECT_GT(clipped, 0);
+    if (kOffloadBitExact) {
+        EXPECT_GT(skipped, 0);
+    }
+}
+
+// A checkpoint written with offload resumes without it and the other way round: steps 4-6 and
+// the final model and state are those of the uninterrupted run (bit for bit on the CPU).
+TEST_P(OffloadStage, ResumesAcrossOffload) {
+    const int stage = GetParam();
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    for (const bool offload_first : {true, false}) {
+        TrainConfig cfg = config(stage, kAccum, comm.world());
+        cfg.max_steps = 6;
+        cfg.checkpoint_every = 3;
+        cfg.output_dir = g_data_dir + "/offload_resume_" + std::to_string(stage);
+        cfg.offload = offload_first ? "cpu" : "none";
+        const std::vector<StepRecord> whole = train<TestBackend>(cfg, comm);
+        comm.barrier();
+        std::vector<char> model, state;
+        if (comm.rank() == 0) {
+            model = file_bytes(checkpoint_path(cfg.output_dir, "model", 6));
+            state = file_bytes(checkpoint_path(cfg.output_dir, "state", 6));
+            remove_checkpoint(cfg.output_dir, 6);
+        }
+        comm.barrier();
+        cfg.offload = offload_first ? "none" : "cpu";
+        cfg.resume = 1;
+        const std::vector<StepRecord> rest = train<TestBackend>(cfg, comm);
+        int bad = rest.size() != 3;
+        for (size_t s = 0; s < rest.size() && s < 3; s++)
+            bad += !close(rest[s].loss, whole[3 + s].loss, kOffloadBitExact ? 0.0 : kTol) ||
+                   !close(rest[s].norm, whole[3 + s].norm, kOffloadBitExact ? 0.0 : kTol);
+        if (comm.rank() == 0 && kOffloadBitExact)
+            bad += model != file_bytes(checkpoint_path(cfg.output_dir, "model", 6)) ||
+                   state != file_bytes(checkpoint_path(cfg.output_dir, "state", 6));
+        EXPECT_EQ(failures_everywhere(bad), 0) << "stage " << stage << (offload_first ? ": offloaded run resumed without offload" : ": run resumed with offload");
+        comm.barrier();
+        if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, OffloadStage, ::testing::Values(0, 1, 2, 3));
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
 TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {

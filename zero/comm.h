@@ -65,8 +65,9 @@ public:
 
     // ZeRO's schedule, told to a communicator that records it (test/recording_comm.h); the real
     // ones ignore it. ParamsWanted: the model asks for group g's parameters; GradsDone: group g's
-    // backward is done; Serves: the collective started next moves group g's parameters or gradients.
-    enum class Event { ParamsWanted, GradsDone, Serves };
+    // backward is done; Serves: the collective started next moves group g's parameters or
+    // gradients; GradsToHost: group g's gradients of the step leave for the host (offload).
+    enum class Event { ParamsWanted, GradsDone, Serves, GradsToHost };
     virtual void note(Event, int group) {}
 
 protected:

@@ -26,24 +26,39 @@
 // Pieces: a collective moves at most one layer's shard at a time; a larger group (the
 // embedding) goes in several pieces, so the communication buffers are sized by a layer, not by
 // the vocabulary.
+//
+// Offload (ZeroOptions::offload_optimizer, at any stage): the optimizer state and its update
+// move to the host, zero/offload.h; the stage's parameters and gradients stay where they are.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "../data/io.h"  // fatal
 #include "comm.h"
+#include "offload.h"
 #include "partition.h"
 
 struct AdamHyper {
     float beta1, beta2, eps, weight_decay;
 };
 
-// bytes held per rank, by category
+// bytes held per rank, by category: in backend memory, and in host memory (offload)
 struct ZeroMemory {
     size_t params = 0, grads = 0, optimizer = 0, comm = 0;
+    size_t host_optimizer = 0, host_staging = 0;
+};
+
+struct ZeroOptions {
+    // an fp32 copy of the parameters for the update (-w), where the backend's parameters are
+    // narrower than fp32; ignored where they are fp32 already
+    bool master_weights = true;
+    // fp32 master weights, Adam m and v in host memory, updated there (--offload cpu)
+    bool offload_optimizer = false;
 };
 
 template <class Backend>
@@ -56,23 +71,24 @@ public:
         floatX* operator[](int i) const { return t[i]; }
     };
 
-    // master_weights: keep an fp32 copy for the update (-w), where the backend's parameters are
-    // narrower than fp32; ignored where they are fp32 already
-    Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, bool master_weights = true)
+    Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, ZeroOptions options = {})
         : stage_(stage),
           comm_(comm),
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
           plan_(groups, stage == 0 ? 1 : comm.world()),
-          rank_(stage == 0 ? 0 : comm.rank()) {
+          rank_(stage == 0 ? 0 : comm.rank()),
+          master_in_state_(Backend::has_master_weights && options.master_weights) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
         if (stage_ <= 2) params_full_ = alloc<floatX>(P, &memory_.params);
         else param_shard_ = alloc<floatX>(S, &memory_.params);
         if (stage_ <= 1) grads_full_ = alloc<floatX>(P, &memory_.grads);
         else grad_shard_ = alloc<floatX>(S, &memory_.grads);
-        if (Backend::has_master_weights && master_weights) master_ = alloc<float>(S, &memory_.optimizer);
-        adam_m_ = alloc<float>(S, &memory_.optimizer);
-        adam_v_ = alloc<float>(S, &memory_.optimizer);
+        if (!options.offload_optimizer) {
+            if (master_in_state_) master_ = alloc<float>(S, &memory_.optimizer);
+            adam_m_ = alloc<float>(S, &memory_.optimizer);
+            adam_v_ = alloc<float>(S, &memory_.optimizer);
+        }
         const int last = plan_.num_groups() - 1;
         for (int g = 1; g < last; g++) piece_ = std::max(piece_, plan_.group(g).shard_size);
         if (piece_ == 0) piece_ = std::max(plan_.group(0).shard_size, plan_.group(last).shard_size);
@@ -101,6 +117,11 @@ public:
         shard_.device = device_table;
         shard_.count = (int)shard_host_.size();
         for (const ShardTensor& t : shard_host_) shard_.elements += t.n;
+        if (options.offload_optimizer) {
+            host_ = std::make_unique<HostOptimizer<Backend>>(shard_host_, table_entries_per_group(), S);
+            memory_.host_optimizer = host_->optimizer_bytes();
+            memory_.host_staging = host_->staging_bytes();
+        }
     }
     ~Zero() {
         for (void* p : allocations_) Backend::release(p);
@@ -110,7 +131,9 @@ public:
 
     const PartitionPlan& plan() const { return plan_; }
     const ZeroMemory& memory() const { return memory_; }
-    bool has_master_weights() const { return master_ != nullptr; }
+    // fp32 master weights are part of the optimizer state (save_state, load_state)
+    bool has_master_weights() const { return master_in_state_; }
+    bool offloads_optimizer() const { return host_ != nullptr; }
 
     // full fp32 parameters (same on every rank) -> this rank's copies
     void load(const float* host) {
@@ -119,7 +142,9 @@ public:
                 size_t start = (size_t)rank_ * t.chunk, len = PartitionPlan::valid(t, rank_);
                 if (stage_ <= 2) Backend::upload_fp32(params_full_ + t.slice.offset, host + t.slice.offset, t.slice.n);
                 else Backend::upload_fp32(param_shard_ + t.shard_offset, host + t.slice.offset + start, len);
-                if (master_ != nullptr)
+                // offloaded, the host keeps an fp32 master whatever the backend's precision
+                if (host_) std::copy_n(host + t.slice.offset + start, len, host_->master() + t.shard_offset);
+                else if (master_ != nullptr)
                     Backend::from_host(master_ + t.shard_offset, host + t.slice.offset + start, len * 4);
             }
         }
@@ -136,18 +161,23 @@ public:
     }
 
     // Optimizer state in the flat, unsharded layout (so any stage and world size can take it
-    // back): Adam's m and v, and the fp32 master weights where the backend keeps them (else
-    // `master` is left alone). A collective; only `root` receives.
+    // back): Adam's m and v, and the fp32 master weights where they are part of the state (else
+    // `master` is left alone). The same with or without offload. A collective; only `root`
+    // receives.
     void save_state(float* m, float* v, float* master, int root) {
         const int N = plan_.world();
         const size_t S = plan_.shard_size();
-        std::vector<float> shard(S), rows(comm_.rank() == root && N > 1 ? (size_t)N * S : 0);
-        auto gather = [&](const float* device_shard, float* out) {
-            if (device_shard == nullptr) return;
-            Backend::to_host(shard.data(), device_shard, S * sizeof(float));
-            const float* all = shard.data();  // one shard (stage 0): every rank holds all of it
+        std::vector<float> shard(host_ ? 0 : S), rows(comm_.rank() == root && N > 1 ? (size_t)N * S : 0);
+        auto gather = [&](const float* device_shard, const float* host_shard, float* out) {
+            const float* mine = host_shard;
+            if (host_ == nullptr) {
+                if (device_shard == nullptr) return;
+                Backend::to_host(shard.data(), device_shard, S * sizeof(float));
+                mine = shard.data();
+            }
+            const float* all = mine;  // one shard (stage 0): every rank holds all of it
             if (N > 1) {
-                comm_.gather_host(shard.data(), rows.data(), S * sizeof(float), root);
+                comm_.gather_host(mine, rows.data(), S * sizeof(float), root);
                 all = rows.data();
             }
             if (comm_.rank() != root) return;
@@ -157,17 +187,24 @@ public:
                         std::copy_n(all + (size_t)r * S + t.shard_offset, PartitionPlan::valid(t, r),
                                     out + t.slice.offset + (size_t)r * t.chunk);
         };
-        gather(adam_m_, m);
-        gather(adam_v_, v);
-        gather(master_, master);
+        gather(adam_m_, host_ ? host_->m() : nullptr, m);
+        gather(adam_v_, host_ ? host_->v() : nullptr, v);
+        if (master_in_state_) gather(master_, host_ ? host_->master() : nullptr, master);
     }
-    // the inverse: every rank takes its chunks of the flat state
+    // the inverse: every rank takes its chunks of the flat state (without master weights in the
+    // state, an offloaded run keeps the master load() made from the parameters)
     void load_state(const float* m, const float* v, const float* master) {
         for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            const size_t at = t.slice.offset + (size_t)rank_ * t.chunk;
-            Backend::from_host(adam_m_ + t.shard_offset, m + at, len * sizeof(float));
-            Backend::from_host(adam_v_ + t.shard_offset, v + at, len * sizeof(float));
-            if (master_ != nullptr) Backend::from_host(master_ + t.shard_offset, master + at, len * sizeof(float));
+            const size_t at = t.slice.offset + (size_t)rank_ * t.chunk, bytes = len * sizeof(float);
+            if (host_) {
+                std::copy_n(m + at, len, host_->m() + t.shard_offset);
+                std::copy_n(v + at, len, host_->v() + t.shard_offset);
+                if (master_in_state_) std::copy_n(master + at, len, host_->master() + t.shard_offset);
+                return;
+            }
+            Backend::from_host(adam_m_ + t.shard_offset, m + at, bytes);
+            Backend::from_host(adam_v_ + t.shard_offset, v + at, bytes);
+            if (master_ != nullptr) Backend::from_host(master_ + t.shard_offset, master + at, bytes);
         });
     }
 
@@ -238,6 +275,7 @@ public:
 
     // before the first micro-step of a step
     void zero_grads() {
+        if (host_) host_->begin_step();
         if (stage_ <= 1) Backend::zero(grads_full_, plan_.total() * sizeof(floatX));
         else Backend::zero(grad_shard_, plan_.shard_size() * sizeof(floatX));
         std::fill(reduced_.begin(), reduced_.end(), 0);
@@ -268,6 +306,8 @@ public:
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
             gather_[s].group = -1;
         }
+        for (int g = 0; g < plan_.num_groups() && host_; g++)  // what no backward sent
+            if (!host_->grads_sent(g)) gradients_complete(g);
 
         Backend::grad_norm_squared(norm_acc_, grads_base(), shard_);
         float local = 0.0f;
@@ -276,23 +316,33 @@ public:
         double sumsq = stage_ == 0 ? local : comm_.all_reduce_host(local);
         return (float)std::sqrt(sumsq);
     }
-    // ... then the update with that norm (a collective too: every rank must call it or none)
+    // ... then the update with that norm (a collective too: every rank must call it or none).
+    // Offloaded, group by group on the host, each group's gather (stages 1-2) started as soon
+    // as its new parameters are on their way.
     void update(float norm, float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
         float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-        Backend::adamw_update(stage_ <= 2 ? params_full_ : param_shard_, master_, grads_base(), adam_m_, adam_v_, shard_,
-                              lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
-
-        if (stage_ == 1 || stage_ == 2) all_gather_full_params();
+        floatX* params = stage_ <= 2 ? params_full_ : param_shard_;
+        auto update_on_host = [&](int g) {
+            if (host_) host_->update(g, params, lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
+        };
+        if (!host_)
+            Backend::adamw_update(params, master_, grads_base(), adam_m_, adam_v_, shard_, lr, h.beta1, h.beta2, h.eps,
+                                  h.weight_decay, scale, step_number, seed);
+        if (stage_ == 1 || stage_ == 2) all_gather_full_params(update_on_host);
+        else
+            for (int g = 0; g < plan_.num_groups(); g++) update_on_host(g);
         invalidate_slots();
     }
 
 private:
     static constexpr int kSlots = 4;
-    // a collective under way over the piece [lo, hi) of a group's shard (group -1: none)
+    // a collective under way over the piece [lo, hi) of a group's shard (group -1: none);
+    // last_of_step: a reduction that completes the group's gradient for this step
     struct InFlight {
         int group = -1;
         size_t lo = 0, hi = 0;
         Communicator::Ticket ticket = 0;
+        bool last_of_step = false;
     };
     // where a tensor sits: in the flat, full-size layout, or in a group's own buffer
     static size_t full_offset(const PartitionPlan::Tensor& t) { return t.slice.offset; }
@@ -328,7 +378,11 @@ private:
     // micro-step's bucket. The last piece finishes while the caller computes on.
     void reduce_group(int g) {
         reduced_[g] = 1;
-        if (stage_ == 0 && comm_.world() == 1) return;  // nothing to sum
+        const bool last_of_step = stage_ <= 1 || reduce_in_backward_;  // stages 0-1 reduce once per step
+        if (stage_ == 0 && comm_.world() == 1) {  // nothing to sum
+            if (last_of_step) gradients_complete(g);
+            return;
+        }
         const auto& group = plan_.group(g);
         const int s = slot_of(g);
         for_each_piece(group, [&](size_t lo, size_t hi) {
@@ -336,9 +390,17 @@ private:
             if (stage_ <= 1) pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
             else pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
             comm_.note(Communicator::Event::Serves, g);
-            reduce_[s] = {g, lo, hi, stage_ == 0 ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
-                                                 : comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_)};
+            reduce_[s] = {g, lo, hi,
+                          stage_ == 0 ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
+                                      : comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_),
+                          last_of_step};
         });
+    }
+    // group g's gradient shard is complete for the step: offloaded, it leaves for the host now
+    void gradients_complete(int g) {
+        if (host_ == nullptr) return;
+        comm_.note(Communicator::Event::GradsToHost, g);
+        host_->send_grads(g, grads_base());
     }
     // the slot's outstanding reduction, if any, waited for and its result put where the
     // optimizer reads it: back into the full gradient (stage 0), into this rank's chunks of it
@@ -352,6 +414,7 @@ private:
         if (stage_ == 0) unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
         else if (stage_ == 1) copy_own_piece(own_[s], group, r.lo, r.hi, grad, false);
         else Backend::accumulate(grad_shard_ + group.shard_offset + r.lo, own_[s], r.hi - r.lo);
+        if (r.last_of_step && r.hi == group.shard_size) gradients_complete(r.group);  // its last piece
         r.group = -1;
     }
     int slot_of(int g) const {
@@ -370,6 +433,17 @@ private:
     floatX* param_of(const PartitionPlan::Tensor& t) const {
         if (stage_ <= 2) return params_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
         return param_shard_ + t.shard_offset;
+    }
+    // each group's entries [first, end) in the optimizer's table (one per tensor with a piece here)
+    std::vector<std::pair<int, int>> table_entries_per_group() const {
+        std::vector<std::pair<int, int>> ranges;
+        int next = 0;
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            const int first = next;
+            for (const auto& t : plan_.group(g).tensors) next += PartitionPlan::valid(t, rank_) > 0;
+            ranges.push_back({first, next});
+        }
+        return ranges;
     }
     template <class F>
     void for_each_owned(F f) {
@@ -442,11 +516,12 @@ private:
         });
     }
 
-    // One collective per piece, in group order: start(group, slot, lo, hi) begins it and returns
-    // its ticket, finish(group, slot, lo, hi) uses its result. A slot's next collective starts
-    // once its previous one is finished, so packing one overlaps the transfer of the one before.
-    template <class Start, class Finish>
-    void for_each_piece_pipelined(Start start, Finish finish) {
+    // One collective per piece, in group order: before(g) prepares group g, start(group, slot, lo,
+    // hi) begins a piece's collective and returns its ticket, finish(group, slot, lo, hi) uses its
+    // result. A slot's next collective starts once its previous one is finished, so packing one
+    // overlaps the transfer of the one before.
+    template <class Before, class Start, class Finish>
+    void for_each_piece_pipelined(Before before, Start start, Finish finish) {
         InFlight pending[kSlots];
         auto drain = [&](int s) {
             InFlight& p = pending[s];
@@ -458,6 +533,7 @@ private:
         for (int g = 0; g < plan_.num_groups(); g++) {
             const auto& group = plan_.group(g);
             const int s = slot_of(g);
+            before(g);
             for_each_piece(group, [&](size_t lo, size_t hi) {
                 drain(s);
                 pending[s] = {g, lo, hi, start(group, s, lo, hi)};
@@ -465,10 +541,13 @@ private:
         }
         for (int s = 0; s < kSlots; s++) drain(s);
     }
-    // stages 1-2: every rank's updated chunks -> the full parameters
-    void all_gather_full_params() {
+    // stages 1-2: every rank's updated chunks -> the full parameters; before(g) is called before
+    // group g's first piece (its chunks are read after the work it queues)
+    template <class Before>
+    void all_gather_full_params(Before before) {
         auto param = [&](const PartitionPlan::Tensor& t) { return param_of(t); };
         for_each_piece_pipelined(
+            before,
             [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) {
                 copy_own_piece(own_[s], g, lo, hi, param, true);
                 return comm_.all_gather_async(own_[s], rank_major_[s], hi - lo, dtype_);
@@ -481,11 +560,13 @@ private:
     DType dtype_;
     PartitionPlan plan_;
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
+    bool master_in_state_;
     ZeroMemory memory_;
     std::vector<void*> allocations_;
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;
     floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
-    float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;
+    float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;  // in backend memory
+    std::unique_ptr<HostOptimizer<Backend>> host_;  // offloaded: the optimizer state instead
     std::vector<ShardTensor> shard_host_;  // the optimizer's table of this rank's shard
     ShardTable shard_;
     // per slot: a rank-major buffer (world x group shard) and this rank's block, for the

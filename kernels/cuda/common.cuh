@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "../../data/io.h"  // fatal(): one line, and every rank stops
+#include "../shard_table.h"  // stochastic rounding
 
 #define CUDA_CHECK(call)                                                                  \
     do {                                                                                  \
@@ -108,31 +109,11 @@ __device__ inline float block_max(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// Stochastic rounding to bf16: add 16 random bits below bf16's last mantissa bit, then truncate.
-// The value rounds up with probability equal to how far it is towards the next bf16, so
-// repeated tiny AdamW updates are not all lost. Random bits come from a hash of (seed, index):
-// the same seed reproduces the same rounding, with no RNG state to carry.
-
-__host__ __device__ inline uint32_t hash_u32(uint32_t x) {  // "lowbias32" integer mixer
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-__host__ __device__ inline uint32_t random_u32(uint32_t seed, uint64_t index) {
-    return hash_u32((uint32_t)index * 0x9E3779B9u + hash_u32(seed ^ (uint32_t)(index >> 32)));
-}
+// Stochastic rounding (kernels/shard_table.h says how) where the parameters are bf16
 
 __device__ inline void store_rounded(float* out, float x, uint32_t, uint64_t) { *out = x; }
 __device__ inline void store_rounded(__nv_bfloat16* out, float x, uint32_t seed, uint64_t index) {
-    if (!isfinite(x)) {
-        *out = __float2bfloat16_rn(x);
-        return;
-    }
-    uint32_t bits = __float_as_uint(x) + (random_u32(seed, index) & 0xffffu);
-    *out = __ushort_as_bfloat16((unsigned short)(bits >> 16));
+    *out = __ushort_as_bfloat16(bf16_round_stochastic(__float_as_uint(x), random_u32(seed, index)));
 }
 
 // ----------------------------------------------------------------------------
