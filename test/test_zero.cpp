@@ -505,15 +505,6 @@ struct OffloadRun {
     int bad_memory = 0;
 };
 
-std::vector<char> file_bytes(const std::string& path) {
-    std::vector<char> bytes;
-    if (FILE* f = fopen(path.c_str(), "rb")) {
-        for (int c; (c = fgetc(f)) != EOF;) bytes.push_back((char)c);
-        fclose(f);
-    }
-    return bytes;
-}
-
 // elements in a rank's shard when each tensor is cut into `chunks`, from the model alone
 uint64_t shard_elements(int chunks) {
     GPT2Config mc;
@@ -550,8 +541,8 @@ OffloadRun train_offload_case(MpiComm& comm, int stage, bool offload, const std:
         GPT2Config c;
         run.model = load_checkpoint(checkpoint_path(dir, "model", kOffloadSteps), &c);
         run.master = read_state(checkpoint_path(dir, "state", kOffloadSteps), run.model.size(), true).master;
-        run.model_bytes = file_bytes(checkpoint_path(dir, "model", kOffloadSteps));
-        run.state_bytes = file_bytes(checkpoint_path(dir, "state", kOffloadSteps));
+        run.model_bytes = read_bytes(checkpoint_path(dir, "model", kOffloadSteps));
+        run.state_bytes = read_bytes(checkpoint_path(dir, "state", kOffloadSteps));
     }
     comm.barrier();
     if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
@@ -611,8 +602,8 @@ TEST_P(OffloadStage, ResumesAcrossOffload) {
         comm.barrier();
         std::vector<char> model, state;
         if (comm.rank() == 0) {
-            model = file_bytes(checkpoint_path(cfg.output_dir, "model", 6));
-            state = file_bytes(checkpoint_path(cfg.output_dir, "state", 6));
+            model = read_bytes(checkpoint_path(cfg.output_dir, "model", 6));
+            state = read_bytes(checkpoint_path(cfg.output_dir, "state", 6));
             remove_checkpoint(cfg.output_dir, 6);
         }
         comm.barrier();
@@ -624,8 +615,8 @@ TEST_P(OffloadStage, ResumesAcrossOffload) {
             bad += !close(rest[s].loss, whole[3 + s].loss, kOffloadBitExact ? 0.0 : kTol) ||
                    !close(rest[s].norm, whole[3 + s].norm, kOffloadBitExact ? 0.0 : kTol);
         if (comm.rank() == 0 && kOffloadBitExact)
-            bad += model != file_bytes(checkpoint_path(cfg.output_dir, "model", 6)) ||
-                   state != file_bytes(checkpoint_path(cfg.output_dir, "state", 6));
+            bad += model != read_bytes(checkpoint_path(cfg.output_dir, "model", 6)) ||
+                   state != read_bytes(checkpoint_path(cfg.output_dir, "state", 6));
         EXPECT_EQ(failures_everywhere(bad), 0) << "stage " << stage << (offload_first ? ": offloaded run resumed without offload" : ": run resumed with offload");
         comm.barrier();
         if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
