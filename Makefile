@@ -62,6 +62,13 @@ TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
 test/test_kernels_cuda: | prerequisites-test
+# kernels no GPU has run yet compile (and, on a GPU, are tested) in a build of their own
+ifneq ($(KERNEL_CANDIDATES),)
+TEST_BINS += candidate-build
+.PHONY: candidate-build
+candidate-build: | prerequisites-test
+	$(MAKE) -f kernels/cuda.mk KERNELS=candidate build/candidate/train_gpt build/candidate/test/test_kernels_cuda
+endif
 endif
 GTEST_MAIN = -lgtest_main
 test/test_zero: GTEST_MAIN =
@@ -96,4 +103,5 @@ gpu-rehearsal:
 	bash scripts/gpu_rehearsal.sh
 
 clean:
+	rm -rf build
 	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32

@@ -2,6 +2,7 @@
 # checks no prerequisites (scripts/gpu_check.sh does so on a machine without a package manager):
 #   make -f kernels/cuda.mk train_gpt [PRECISION=FP32] [NO_MPI=1] [NO_BLAS=1] [GPU_ARCHS="80 90"]
 #   make -f kernels/cuda.mk test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda ...
+#   make -f kernels/cuda.mk KERNELS=candidate build/candidate/train_gpt build/candidate/test/test_kernels_cuda ...
 # test/test_kernels_cuda and test/test_zero_cuda follow PRECISION (bf16 by default), their *_fp32
 # twins are always fp32: each precision its own file, built once. GPU_ARCHS defaults to sm_80 and
 # sm_90 plus whatever nvidia-smi reports here; each extra arch adds roughly the device-compile
@@ -20,6 +21,22 @@ else ifeq ($(PRECISION),BF16)
 else
   $(error PRECISION must be BF16 or FP32, not $(PRECISION))
 endif
+
+# KERNELS=candidate compiles the kernels that no GPU has run yet (#ifdef KERNELS_CANDIDATE in
+# kernels/cuda/) in place of the default ones, into build/candidate/ under the same names. Once a
+# GPU run shows a candidate correct and faster it becomes the default and the old kernel goes.
+KERNELS ?= default
+ifeq ($(KERNELS),candidate)
+  NVCC_KERNELS = -DKERNELS_CANDIDATE
+  CUDA_OUT = build/candidate/
+else ifeq ($(KERNELS),default)
+  NVCC_KERNELS =
+  CUDA_OUT =
+else
+  $(error KERNELS must be default or candidate, not $(KERNELS))
+endif
+# the headers that hold a candidate kernel: with none, the candidate build is the default one
+KERNEL_CANDIDATES := $(shell grep -l KERNELS_CANDIDATE kernels/cuda/*.cuh 2>/dev/null)
 
 ifeq ($(NO_MPI),1)
   NVCC_MPI_CFLAGS = -DNO_MPI
@@ -40,7 +57,7 @@ else
   # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
   NVCC_BLAS_LIBS = $(if $(shell test -e $(NVCC_OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath=$(NVCC_OPENBLAS_OMP)) -lopenblas
 endif
-NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_BLAS_CFLAGS) $(NVCC_HOST_FLAGS) -Werror all-warnings
+NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_KERNELS) $(NVCC_BLAS_CFLAGS) $(NVCC_HOST_FLAGS) -Werror all-warnings
 NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
 # everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
@@ -51,19 +68,23 @@ CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda
 # GoogleTest from the system, or from GTEST_ROOT (include/, lib/) as a system header directory
 GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/lib) -lgtest -lpthread
 
-CUDA_TESTS = test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32
-test/test_kernels_cuda_fp32 test/test_zero_cuda_fp32: NVCC_PRECISION = -DENABLE_FP32
-test/test_kernels_cuda test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+CUDA_TESTS = $(addprefix $(CUDA_OUT)test/,test_kernels_cuda test_kernels_cuda_fp32 test_zero_cuda test_zero_cuda_fp32)
+$(CUDA_OUT)test/test_kernels_cuda_fp32 $(CUDA_OUT)test/test_zero_cuda_fp32: NVCC_PRECISION = -DENABLE_FP32
+$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 # the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs them)
-test/test_zero_cuda test/test_zero_cuda_fp32: test/test_zero.cpp test/test_util.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
+$(CUDA_OUT)test/test_zero_cuda $(CUDA_OUT)test/test_zero_cuda_fp32: test/test_zero.cpp test/test_util.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
+	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 # the Makefile adds its prerequisites check to this rule
-train_gpt: train_gpt.cu $(CUDA_HEADERS)
+$(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
+	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) train_gpt
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)train_gpt
+	rm -rf build/candidate

@@ -67,6 +67,9 @@ run_check "run_gpt2_*.sh: prepare the data, HellaSwag and tokenizer their flags 
 run_check "prerequisites: installs what is missing, nothing when all is there" bash test/test_prerequisites.sh
 run_check "make data in a fresh clone, offline: one line saying what to do, or made from SHARED" bash test/test_make_data.sh
 if [ -x test/test_kernels_cuda ]; then run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda; fi
+if [ -x build/candidate/test/test_kernels_cuda ] && grep -qs KERNELS_CANDIDATE kernels/cuda/*.cuh; then
+    run_gtest "CUDA candidate kernels (KERNELS=candidate) vs CPU backend" build/candidate/test/test_kernels_cuda
+fi
 
 run_unittest "data scripts" python3 test/test_data_scripts.py
 run_unittest "Hugging Face import and export vs transformers' GPT-2" /usr/bin/python3 test/test_hf.py
