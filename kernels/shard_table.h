@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "host_device.h"
+
 struct ShardTensor {
     size_t start;          // first element's position among the launch's elements (running sum of n)
     size_t n;
@@ -25,11 +27,6 @@ struct ShardTable {
     size_t elements = 0;  // sum of n
 };
 
-#ifdef __CUDACC__
-#define HOST_DEVICE __host__ __device__
-#else
-#define HOST_DEVICE
-#endif
 
 // which random number rounds element i of entry t: its place in the model, not in the shard
 HOST_DEVICE inline uint64_t rounding_index(const ShardTensor& t, size_t i) { return t.flat_index + i; }

@@ -13,6 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <sstream>
+#include <tuple>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -111,26 +114,18 @@ std::vector<unsigned char> bytes(const Dev<X>& d) {
     return h;
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, Tol tol, const char* what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    double ss = 0.0;
-    for (float w : want) ss += (double)w * w;
-    const float rms = want.empty() ? 0.0f : (float)std::sqrt(ss / want.size());
-    size_t bad = 0, first = 0;
-    float worst = 0.0f;
-    WorstError nearest;
-    for (size_t i = 0; i < got.size(); i++) {
-        float err = std::fabs(got[i] - want[i]), lim = tol.atol * rms + tol.rtol * std::fabs(want[i]);
-        nearest.note(err, lim, nullptr);
-        if (!(err <= lim)) {  // also catches NaN
-            if (bad++ == 0) first = i;
-            worst = std::max(worst, err);
-        }
-    }
-    worst_error().note(nearest.error, nearest.tolerance, what);
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements differ (rms " << rms
-                       << ", worst error " << worst << "); first at " << first << ": got " << got[first]
-                       << ", want " << want[first];
+// closeness() (test_util.h) as a test expectation; returns the indices of the failing elements
+std::vector<size_t> expect_close(const std::vector<float>& got, const std::vector<float>& want, Tol tol,
+                                 const char* what, float scale_floor = 0.0f) {
+    EXPECT_EQ(got.size(), want.size()) << what;
+    if (got.size() != want.size()) return {};
+    const Closeness c = closeness(got, want, tol.atol, tol.rtol, scale_floor);
+    worst_error().note(c.nearest.error, c.nearest.tolerance, what);
+    const size_t first = c.failing.empty() ? 0 : c.failing[0];
+    EXPECT_EQ(c.failing.size(), 0u) << what << ": " << c.failing.size() << " of " << got.size()
+                                    << " elements differ (scale " << c.scale << ", worst error " << c.worst
+                                    << "); first at " << first << ": got " << got[first] << ", want " << want[first];
+    return c.failing;
 }
 
 // ----------------------------------------------------------------------------
@@ -280,17 +275,42 @@ TEST_F(Cuda, Matmul) {
 // ----------------------------------------------------------------------------
 // attention
 
+// Where the failing elements of a (B*T, C) attention tensor sit, by (b, h, 16 rows): one warp's
+// rows of queries (out, dq) or keys (dk, dv) in the tensor-core kernels, so that a GPU run's log
+// points at the tile that went wrong.
+void report_attention_failures(const std::vector<size_t>& failing, int T, int C, int NH, const char* rows,
+                               const char* what) {
+    if (failing.empty()) return;
+    const int hs = C / NH;
+    std::map<std::tuple<int, int, int>, int> groups;  // (b, h, t / 16) -> failing elements
+    for (size_t i : failing) {
+        const size_t bt = i / C;
+        groups[{(int)(bt / T), (int)(i % C) / hs, (int)(bt % T) / 16}]++;
+    }
+    std::ostringstream msg;
+    msg << what << ": failing elements by (b, h, " << rows << "), " << groups.size() << " groups:";
+    int shown = 0;
+    for (const auto& [key, count] : groups) {
+        const auto [b, h, tile] = key;
+        msg << " (" << b << ", " << h << ", " << tile * 16 << "-" << std::min(tile * 16 + 15, T - 1) << "): " << count;
+        if (++shown == 12) break;
+    }
+    ADD_FAILURE() << msg.str();
+}
+
 void check_attention(int B, int T, int C, int NH) {
     SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " hs=" << C / NH);
     const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
     std::vector<float> qkv = random_vec(n3, -1, 1, 30), dout = random_vec(n, -1, 1, 31);
-    Dev<X> d_qkv = up(qkv), d_out(n), d_dout = up(dout), d_dqkv = up(random_vec(n3, -9, 9, 32));
+    const AttentionScales scales = attention_scales(qkv, dout, C);
+    Dev<X> d_qkv = up(qkv), d_out = up(random_vec(n, -7, 7, 34)), d_dout = up(dout), d_dqkv = up(random_vec(n3, -9, 9, 32));
     Dev<float> d_saved(G::attention_saved_floats(B, T, NH));
     EXPECT_EQ(G::attention_saved_floats(B, T, NH), (size_t)B * NH * T);
     G::attention_forward(d_out.p, d_saved.p, d_qkv.p, B, T, C, NH);
     std::vector<float> out(n), att(CpuBackend::attention_saved_floats(B, T, NH)), dqkv(n3);
     CpuBackend::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    expect_close(down(d_out), out, kAttention, "attention_forward");
+    report_attention_failures(expect_close(down(d_out), out, kAttention, "attention_forward", scales.out), T, C, NH,
+                              "queries", "attention_forward");
 
     // saved holds log-sum-exp per (b, h, t): check it against the probabilities' normaliser
     std::vector<float> lse = down(d_saved);
@@ -319,14 +339,16 @@ void check_attention(int B, int T, int C, int NH) {
     std::vector<float> got = down(d_dqkv);
     // compare q, k and v parts separately: their magnitudes differ
     const char* names[3] = {"attention_backward dq", "attention_backward dk", "attention_backward dv"};
+    const float floors[3] = {scales.dq, scales.dk, scales.dv};
     for (int part = 0; part < 3; part++) {
-        std::vector<float> g, w;
+        std::vector<float> g(n), w(n);
         for (size_t bt = 0; bt < (size_t)B * T; bt++)
             for (int c = 0; c < C; c++) {
-                g.push_back(got[bt * 3 * C + part * C + c]);
-                w.push_back(dqkv[bt * 3 * C + part * C + c]);
+                g[bt * C + c] = got[bt * 3 * C + part * C + c];
+                w[bt * C + c] = dqkv[bt * 3 * C + part * C + c];
             }
-        expect_close(g, w, kAttention, names[part]);
+        report_attention_failures(expect_close(g, w, kAttention, names[part], floors[part]), T, C, NH,
+                                  part == 0 ? "queries" : "keys", names[part]);
     }
 
     // determinism: a second run (over different garbage) gives the same bits
@@ -339,10 +361,20 @@ TEST_F(Cuda, Attention) {
     check_attention(2, 67, 96, 3);     // hs 32, T not a multiple of the tile
     check_attention(3, 128, 768, 12);  // GPT-2 small's heads
     check_attention(2731, 2, 96, 24);  // B * NH = 65544 (b, h) pairs: more than gridDim.y or .z holds
-    check_attention(1, 50, 48, 2);     // hs 24: padded to 32 inside the kernel
+    check_attention(1, 50, 48, 2);     // hs 24: padded inside the kernel
     check_attention(2, 67, 40, 2);     // hs 20: not a multiple of 8, scalar loads in bf16
     check_attention(1, 200, 256, 2);   // hs 128, several tiles
-    check_attention(2, 1, 64, 4);      // T = 1
+    check_attention(2, 1, 64, 4);      // T = 1: dq and dk are exactly 0 in the reference
+    check_attention(1, 130, 288, 3);   // hs 96: padded to 128
+}
+
+// Training shapes: d12's and d48's heads (hs 64, NH 12 and 25) and hs 128, at T = 1024 and at
+// T = 1000 (not a multiple of any tile)
+TEST_F(Cuda, AttentionTrainingShapes) {
+    check_attention(2, 1024, 768, 12);
+    check_attention(1, 1000, 1600, 25);
+    check_attention(1, 1024, 1536, 12);
+    check_attention(1, 1000, 1024, 8);
 }
 
 // ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -106,6 +107,49 @@ inline double tolerance_ratio(const float* a, const float* b, size_t n, double r
     for (size_t i = 0; i < n; i++) nearest.note(std::fabs((double)a[i] - b[i]), atol + rtol * std::fabs((double)b[i]), nullptr);
     worst_error().note(nearest.error, nearest.tolerance, what);
     return nearest.ratio();
+}
+
+// The kernel tests' tolerance (test_kernels_cuda.cu): element i passes when
+// |got - want| <= atol * scale + rtol * |want_i|, scale = rms(want) (one small element next to
+// large ones is judged by the tensor's magnitude, as its error is), or scale_floor where that is
+// larger: a reference that is ~0 where the computation is not exactly (attention at T = 1) is
+// judged by the magnitude of its inputs. NaN fails.
+struct Closeness {
+    float scale = 0.0f, worst = 0.0f;  // worst: the largest error among the failing elements
+    std::vector<size_t> failing;       // their indices
+    WorstError nearest;                // the comparison nearest its limit
+};
+inline Closeness closeness(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol,
+                           float scale_floor = 0.0f) {
+    Closeness c;
+    double ss = 0.0;
+    for (float w : want) ss += (double)w * w;
+    c.scale = std::max(want.empty() ? 0.0f : (float)std::sqrt(ss / want.size()), scale_floor);
+    for (size_t i = 0; i < got.size() && i < want.size(); i++) {
+        const float err = std::fabs(got[i] - want[i]), lim = atol * c.scale + rtol * std::fabs(want[i]);
+        c.nearest.note(err, lim, nullptr);
+        if (!(err <= lim)) {
+            c.failing.push_back(i);
+            c.worst = std::max(c.worst, err);
+        }
+    }
+    return c;
+}
+
+// The attention outputs' natural magnitudes from the inputs alone, as closeness()'s scale_floor.
+// One term of each sum sets it: dP = dout . v ~ sqrt(hs) rms(dout) rms(v), times 1/sqrt(hs) and
+// a k (for dq) or q (for dk); dv = sum of P dout with P <= 1; out = sum of P v.
+struct AttentionScales {
+    float out, dq, dk, dv;
+};
+inline AttentionScales attention_scales(const std::vector<float>& qkv, const std::vector<float>& dout, int C) {
+    double ss[4] = {0, 0, 0, 0};  // q, k, v, dout
+    for (size_t i = 0; i < qkv.size(); i++) ss[(i / C) % 3] += (double)qkv[i] * qkv[i];
+    for (float x : dout) ss[3] += (double)x * x;
+    float rms[4];
+    for (int p = 0; p < 3; p++) rms[p] = (float)std::sqrt(ss[p] * 3 / std::max<size_t>(qkv.size(), 1));
+    rms[3] = (float)std::sqrt(ss[3] / std::max<size_t>(dout.size(), 1));
+    return {rms[2], rms[3] * rms[2] * rms[1], rms[3] * rms[2] * rms[0], rms[3]};
 }
 
 inline void write_bytes(const std::string& path, const void* data, size_t n) {
