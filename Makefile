@@ -73,11 +73,11 @@ endif
 GTEST_MAIN = -lgtest_main
 test/test_zero: GTEST_MAIN =
 test/test_zero: test/recording_comm.h
-test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
+test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h test/tolerance.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
 # the op and model tests once more on the plain-loop matmul that NO_BLAS=1 builds use
-test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h | prerequisites-test
+test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h test/tolerance.h | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
 TEST_BINS += test/test_ops_noblas test/test_model_noblas
 

@@ -70,14 +70,19 @@ GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/
 
 CUDA_TESTS = $(addprefix $(CUDA_OUT)test/,test_kernels_cuda test_kernels_cuda_fp32 test_zero_cuda test_zero_cuda_fp32)
 $(CUDA_OUT)test/test_kernels_cuda_fp32 $(CUDA_OUT)test/test_zero_cuda_fp32: NVCC_PRECISION = -DENABLE_FP32
-$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h test/tolerance.h train_gpt.cu $(CUDA_HEADERS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 # the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs them)
-$(CUDA_OUT)test/test_zero_cuda $(CUDA_OUT)test/test_zero_cuda_fp32: test/test_zero.cpp test/test_util.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
+$(CUDA_OUT)test/test_zero_cuda $(CUDA_OUT)test/test_zero_cuda_fp32: test/test_zero.cpp test/test_util.h test/tolerance.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
+
+# attention alone at the training shapes (scripts/bench_gpu.sh runs it)
+$(CUDA_OUT)scripts/bench_attention: scripts/bench_attention.cu $(CUDA_HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 
 # the Makefile adds its prerequisites check to this rule
 $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
@@ -86,5 +91,5 @@ $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) $(CUDA_OUT)train_gpt
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention
 	rm -rf build/candidate

@@ -27,7 +27,9 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/attention_tiles.h"
 #include "kernels/cpu_backend.h"
+#include "test/tolerance.h"
 
 namespace {
 
@@ -341,6 +343,195 @@ TEST(Ops, Attention) {
             }
     expect_close("attention dqkv", dqkv, want, 1e-6, 1e-6);
     expect_close("attention dqkv vs finite differences", dqkv, numeric_grad(reference, x, d), 1e-6, 1e-6);
+}
+
+// ----------------------------------------------------------------------------
+// The tensor-core attention kernels' schedule (kernels/attention_tiles.h), replayed on the host:
+// the same blocks, warps and tiles in the same order, the same skips and masks, the same online
+// softmax arithmetic, over keys and queries past T that the kernels see as rows of zeros; in
+// fp32, against the CPU attention. A wrong loop bound, skip or mask leaves out or lets in a
+// (query, key) pair, and the sums no longer match.
+
+struct AttentionInputs {
+    int B, T, C, NH, hs;
+    std::vector<float> qkv, dout;
+    // row t of part (0 q, 1 k, 2 v) of head h, or zeros past T (as the kernels load it)
+    std::vector<float> zeros;
+    const float* row(int b, int t, int part, int h) const {
+        return t < T ? qkv.data() + ((size_t)b * T + t) * 3 * C + part * C + h * hs : zeros.data();
+    }
+    const float* dout_row(int b, int t, int h) const {
+        return t < T ? dout.data() + ((size_t)b * T + t) * C + h * hs : zeros.data();
+    }
+};
+float dot(const float* a, const float* b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+template <class F>
+void replay_forward(const AttentionInputs& in, std::vector<float>* out, std::vector<float>* lse) {
+    const int T = in.T, hs = in.hs, BK = F::key_tile;
+    const float sl2 = attn::scale_log2(hs);
+    out->assign((size_t)in.B * T * in.C, 0.0f);
+    lse->assign((size_t)in.B * in.NH * T, 0.0f);
+    for (int b = 0; b < in.B; b++)
+        for (int h = 0; h < in.NH; h++)
+            for (int q0 = 0; q0 < T; q0 += F::query_rows) {
+                const int tiles = attn::key_tiles_seen(q0, F::query_rows, T, BK);
+                for (int w = 0; w < F::warps; w++) {
+                    const int wq0 = q0 + w * F::rows_per_warp, wq_last = wq0 + F::rows_per_warp - 1;
+                    for (int q = wq0; q <= wq_last && q < T; q++) {  // rows past T are never stored
+                        float m = -INFINITY, l = 0.0f;
+                        std::vector<float> o(hs, 0.0f);
+                        for (int j = 0; j < tiles; j++) {
+                            const int k0 = j * BK;
+                            if (attn::tile_all_masked(wq_last, k0)) continue;
+                            const bool mask = attn::tile_needs_mask(wq0, k0 + BK - 1);
+                            std::vector<float> x(BK);
+                            float mx = m;
+                            for (int c = 0; c < BK; c++) {
+                                x[c] = dot(in.row(b, q, 0, h), in.row(b, k0 + c, 1, h), hs) * sl2;
+                                if (mask && !attn::key_visible(q, k0 + c)) x[c] = -INFINITY;
+                                mx = std::max(mx, x[c]);
+                            }
+                            const float alpha = attn::rescale_factor(m, mx);
+                            m = mx;
+                            float sum = 0.0f;
+                            for (float& v : o) v *= alpha;
+                            for (int c = 0; c < BK; c++) {
+                                const float p = attn::softmax_term(x[c], mx);
+                                sum += p;
+                                const float* v = in.row(b, k0 + c, 2, h);
+                                for (int i = 0; i < hs; i++) o[i] += p * v[i];
+                            }
+                            l = l * alpha + sum;
+                        }
+                        for (int i = 0; i < hs; i++) (*out)[((size_t)b * T + q) * in.C + h * hs + i] = o[i] / l;
+                        (*lse)[((size_t)b * in.NH + h) * T + q] = attn::log_sum_exp(m, l);
+                    }
+                }
+            }
+}
+
+// dqkv from the kernels' two backward schedules: key blocks for dK and dV, query blocks for dQ
+template <class KV, class Q>
+void replay_backward(const AttentionInputs& in, const std::vector<float>& out, const std::vector<float>& lse,
+                     std::vector<float>* dqkv) {
+    const int T = in.T, hs = in.hs, C = in.C;
+    const float sl2 = attn::scale_log2(hs), scale = 1.0f / std::sqrt((float)hs);
+    dqkv->assign((size_t)in.B * T * 3 * C, 0.0f);
+    for (int b = 0; b < in.B; b++)
+        for (int h = 0; h < in.NH; h++) {
+            const size_t bh = ((size_t)b * in.NH + h) * T;
+            auto lse2 = [&](int q) { return q < T ? lse[bh + q] * attn::kLog2e : INFINITY; };
+            auto delta = [&](int q) {
+                return q < T ? dot(in.dout_row(b, q, h), out.data() + ((size_t)b * T + q) * C + h * hs, hs) : 0.0f;
+            };
+            auto grad = [&](int part, int t) { return dqkv->data() + ((size_t)b * T + t) * 3 * C + part * C + h * hs; };
+            for (int k0 = 0; k0 < T; k0 += KV::key_rows)
+                for (int w = 0; w < KV::warps; w++) {
+                    const int wk0 = k0 + w * KV::keys_per_warp;
+                    for (int i = attn::first_query_tile(k0, KV::query_tile); i < attn::query_tiles(T, KV::query_tile); i++) {
+                        const int q0 = i * KV::query_tile;
+                        if (attn::tile_all_masked(q0 + KV::query_tile - 1, wk0)) continue;
+                        const bool mask = attn::tile_needs_mask(q0, wk0 + KV::keys_per_warp - 1);
+                        for (int k = wk0; k < wk0 + KV::keys_per_warp && k < T; k++)
+                            for (int q = q0; q < q0 + KV::query_tile; q++) {
+                                float p = attn::prob_from_lse(dot(in.row(b, k, 1, h), in.row(b, q, 0, h), hs) * sl2, lse2(q));
+                                if (mask && !attn::key_visible(q, k)) p = 0.0f;
+                                const float ds = attn::softmax_grad(p, dot(in.row(b, k, 2, h), in.dout_row(b, q, h), hs), delta(q));
+                                for (int d = 0; d < hs; d++) {
+                                    grad(2, k)[d] += p * in.dout_row(b, q, h)[d];
+                                    grad(1, k)[d] += ds * scale * in.row(b, q, 0, h)[d];
+                                }
+                            }
+                    }
+                }
+            for (int q0 = 0; q0 < T; q0 += Q::query_rows) {
+                const int tiles = attn::key_tiles_seen(q0, Q::query_rows, T, Q::key_tile);
+                for (int w = 0; w < Q::warps; w++) {
+                    const int wq0 = q0 + w * Q::rows_per_warp, wq_last = wq0 + Q::rows_per_warp - 1;
+                    for (int j = 0; j < tiles; j++) {
+                        const int k0 = j * Q::key_tile;
+                        if (attn::tile_all_masked(wq_last, k0)) continue;
+                        const bool mask = attn::tile_needs_mask(wq0, k0 + Q::key_tile - 1);
+                        for (int q = wq0; q <= wq_last && q < T; q++)
+                            for (int k = k0; k < k0 + Q::key_tile; k++) {
+                                float p = attn::prob_from_lse(dot(in.row(b, q, 0, h), in.row(b, k, 1, h), hs) * sl2, lse2(q));
+                                if (mask && !attn::key_visible(q, k)) p = 0.0f;
+                                const float ds = attn::softmax_grad(p, dot(in.dout_row(b, q, h), in.row(b, k, 2, h), hs), delta(q));
+                                for (int d = 0; d < hs; d++) grad(0, q)[d] += ds * scale * in.row(b, k, 1, h)[d];
+                            }
+                    }
+                }
+            }
+        }
+}
+
+template <int HS>
+void check_attention_replay(int T) {
+    using Tiles = attn::FlashTiles<HS>;
+    SCOPED_TRACE(testing::Message() << "tile shapes of hs " << HS << ", T=" << T);
+    AttentionInputs in{2, T, 16, 2, 8, random_floats((size_t)2 * T * 3 * 16, 70 + T, -2.0f, 2.0f),
+                       random_floats((size_t)2 * T * 16, 80 + T), std::vector<float>(8, 0.0f)};
+    std::vector<float> out, lse, dqkv, want_out((size_t)in.B * T * in.C), att(cpu::attention_saved_floats(in.B, T, in.NH));
+    std::vector<float> want_dqkv(in.qkv.size());
+    replay_forward<typename Tiles::Forward>(in, &out, &lse);
+    cpu::attention_forward(want_out.data(), att.data(), in.qkv.data(), in.B, T, in.C, in.NH);
+    EXPECT_LE(tolerance_ratio(out.data(), want_out.data(), out.size(), 1e-5, 1e-5, "replayed forward"), 1.0);
+    // lse: the first probability of each row, exp(s_0 * scale - lse), is the CPU's
+    std::vector<float> p0(lse.size()), want_p0(lse.size());
+    for (int b = 0; b < in.B; b++)
+        for (int h = 0; h < in.NH; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t r = ((size_t)b * in.NH + h) * T + t;
+                p0[r] = std::exp(dot(in.row(b, t, 0, h), in.row(b, 0, 1, h), in.hs) / std::sqrt((float)in.hs) - lse[r]);
+                want_p0[r] = att[r * T];
+            }
+    EXPECT_LE(tolerance_ratio(p0.data(), want_p0.data(), p0.size(), 1e-5, 1e-6, "replayed log-sum-exp"), 1.0);
+    replay_backward<typename Tiles::BackwardKV, typename Tiles::BackwardQ>(in, want_out, lse, &dqkv);
+    cpu::attention_backward(want_dqkv.data(), in.dout.data(), in.qkv.data(), att.data(), in.B, T, in.C, in.NH);
+    EXPECT_LE(tolerance_ratio(dqkv.data(), want_dqkv.data(), dqkv.size(), 1e-4, 1e-5, "replayed backward"), 1.0);
+}
+
+TEST(AttentionTiles, ReplayedScheduleIsCpuAttention) {
+    // one row, a tile's edges, several tiles, not a multiple of any tile
+    for (int T : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 257}) {
+        check_attention_replay<64>(T);
+        check_attention_replay<128>(T);
+    }
+}
+
+// The attention check of test_kernels_cuda.cu (closeness with the floor of attention_scales), on
+// what the first GPU run recorded (../shared/gpu_baseline.md): at T = 1 the reference dq is exactly
+// 0 and a correct kernel gave -8.73e-09 (bf16 build) or up to 5.7e-08 (fp32). A tolerance scaled
+// to the reference alone fails them; the floor passes them and still fails a wrong dq (here:
+// the softmax's backward without its row term D, which at T = 1 is the whole of dP).
+TEST(AttentionTiles, CheckFloorPassesRoundingAndFailsAWrongDq) {
+    const int B = 2, T = 1, C = 64, NH = 4, hs = C / NH;
+    const float bf16_atol = 5e-2f, bf16_rtol = 3e-2f, fp32_atol = 1e-4f, fp32_rtol = 1e-4f;  // kAttention
+    std::vector<float> qkv = random_floats((size_t)B * T * 3 * C, 90, -1.0f, 1.0f), dout = random_floats((size_t)B * T * C, 91, -1.0f, 1.0f);
+    std::vector<float> out((size_t)B * T * C), att(cpu::attention_saved_floats(B, T, NH)), dqkv(qkv.size());
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    std::vector<float> want_dq((size_t)B * T * C), wrong_dq(want_dq.size());
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            want_dq[b * C + c] = dqkv[(size_t)b * 3 * C + c];
+            const int h = c / hs;  // dq without D: scale * (dout . v) * k
+            const float* q = qkv.data() + (size_t)b * 3 * C + h * hs;
+            wrong_dq[b * C + c] = dot(dout.data() + (size_t)b * C + h * hs, q + 2 * C, hs) / std::sqrt((float)hs) * q[C + c % hs];
+        }
+    for (float x : want_dq) ASSERT_EQ(x, 0.0f) << "the reference dq at T = 1 should be exactly 0";
+    const float floor = attention_scales(qkv, dout, C).dq;
+    const std::vector<float> bf16_got(want_dq.size(), -8.73e-09f), fp32_got(want_dq.size(), 5.7e-08f);
+    EXPECT_FALSE(closeness(bf16_got, want_dq, bf16_atol, bf16_rtol).failing.empty()) << "without the floor, rounding fails";
+    EXPECT_TRUE(closeness(bf16_got, want_dq, bf16_atol, bf16_rtol, floor).failing.empty());
+    EXPECT_TRUE(closeness(fp32_got, want_dq, fp32_atol, fp32_rtol, floor).failing.empty());
+    EXPECT_GE(closeness(wrong_dq, want_dq, bf16_atol, bf16_rtol, floor).failing.size(), wrong_dq.size() * 3 / 4)
+        << "a wrong dq must fail on most elements";
 }
 
 TEST(Ops, FusedClassifier) {

@@ -20,13 +20,6 @@ namespace gpu {
 
 inline size_t attention_saved_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
 
-// the largest head size the kernels of this build take (0: any)
-#ifdef ENABLE_FP32
-constexpr int kAttentionMaxHeadSize = 0;
-#else
-constexpr int kAttentionMaxHeadSize = kFlashMaxHeadSize;
-#endif
-
 // D[b,h,q] = sum_d dout . out over the head's channels: the softmax backward's row term
 // (sum_k P dP), computed without P. One warp per row.
 __global__ void attention_backward_delta_kernel(float* delta, const floatX* dout, const floatX* out, int B, int T,

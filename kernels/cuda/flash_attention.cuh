@@ -552,13 +552,22 @@ inline void flash_attention_backward_padded(const FlashArgs& a) {
                     "backward dQ");
 }
 
-// head sizes up to 64 run the 64 kernels, up to 128 the 128 ones, padded with zeros in shared memory
+// head sizes up to 64 run the 64 kernels, up to 128 the 128 ones, padded with zeros in shared
+// memory; larger ones would not keep a warp's accumulators in registers
 constexpr int kFlashMaxHeadSize = 128;
+inline void check_flash_head_size(int hs) {
+    if (hs > kFlashMaxHeadSize)
+        fatal(2, "attention: head size C/NH = %d is over %d, the largest the bf16 CUDA kernels take (more heads, "
+                 "or the fp32 build)",
+              hs, kFlashMaxHeadSize);
+}
 inline void flash_attention_forward(const FlashArgs& a) {
+    check_flash_head_size(a.hs);
     if (a.hs <= 64) flash_attention_forward_padded<64>(a);
     else flash_attention_forward_padded<128>(a);
 }
 inline void flash_attention_backward(const FlashArgs& a) {
+    check_flash_head_size(a.hs);
     if (a.hs <= 64) flash_attention_backward_padded<64>(a);
     else flash_attention_backward_padded<128>(a);
 }
