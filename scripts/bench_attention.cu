@@ -6,6 +6,7 @@
 //   bench_attention           the two shapes, each kernel of backward on its own line
 //   bench_attention --sweep   (bf16) also other tile shapes of the same kernels, to choose them
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -84,51 +85,77 @@ gpu::FlashArgs flash_args(const Buffers& b) {
     return gpu::FlashArgs{b.qkv, b.out, b.lse, b.dout, b.delta, b.dqkv, b.s.B, b.s.T, b.C, b.s.NH, b.s.hs, true};
 }
 
-// other tile shapes of the same kernels, at hs 64: time each beside the one in use
+// largest |x - ref| over the largest |ref|: a tile shape sums in another order, so its output
+// differs from the one in use by rounding only (bf16: ~1e-2 at most)
+std::vector<float> to_floats(const gpu::floatX* d, size_t n) {
+    std::vector<float> h(n);
+    CudaBackend::download_fp32(h.data(), d, n);
+    return h;
+}
+float relative_difference(const gpu::floatX* d, const std::vector<float>& ref) {
+    const std::vector<float> x = to_floats(d, ref.size());
+    float diff = 0.0f, scale = 0.0f;
+    for (size_t i = 0; i < ref.size(); i++) {
+        diff = std::max(diff, std::fabs(x[i] - ref[i]));
+        scale = std::max(scale, std::fabs(ref[i]));
+    }
+    return diff / scale;
+}
+
+// other tile shapes of the same kernels, at hs 64: time each beside the one in use, and compare
+// its output with the one in use
 template <class F>
-void time_forward(const Buffers& b, const char* name, double flop) {
+void time_forward(const Buffers& b, const char* name, double flop, const std::vector<float>& out_ref) {
     const gpu::FlashArgs a = flash_args(b);
     const float ms = median_ms([&] {
         gpu::launch_flash<F>(gpu::flash_forward_kernel<F>, gpu::ceil_div(b.s.T, F::query_rows),
                              gpu::flash_forward_smem<F>(), a, "forward");
     });
-    printf("  sweep forward %-34s %7.3f ms  %6.1f TFLOP/s\n", name, ms, tflops(flop, ms));
+    printf("  sweep forward %-34s %7.3f ms  %6.1f TFLOP/s  differs by %.1e\n", name, ms, tflops(flop, ms),
+           relative_difference(b.out, out_ref));
 }
 template <class KV>
-void time_backward_kv(const Buffers& b, const char* name, double flop) {
+void time_backward_kv(const Buffers& b, const char* name, double flop, const std::vector<float>& dqkv_ref) {
     const gpu::FlashArgs a = flash_args(b);
     const float ms = median_ms([&] {
         gpu::launch_flash<KV>(gpu::flash_backward_kv_kernel<KV>, gpu::ceil_div(b.s.T, KV::key_rows),
                               gpu::flash_backward_kv_smem<KV>(), a, "backward dK dV");
     });
-    printf("  sweep backward dK dV %-27s %7.3f ms  %6.1f TFLOP/s of its 4 products\n", name, ms, tflops(flop * 0.8, ms));
+    printf("  sweep backward dK dV %-27s %7.3f ms  %6.1f TFLOP/s of its 4 products  differs by %.1e\n", name, ms,
+           tflops(flop * 0.8, ms), relative_difference(b.dqkv, dqkv_ref));
 }
 template <class Q>
-void time_backward_q(const Buffers& b, const char* name, double flop) {
+void time_backward_q(const Buffers& b, const char* name, double flop, const std::vector<float>& dqkv_ref) {
     const gpu::FlashArgs a = flash_args(b);
     const float ms = median_ms([&] {
         gpu::launch_flash<Q>(gpu::flash_backward_q_kernel<Q>, gpu::ceil_div(b.s.T, Q::query_rows),
                              gpu::flash_backward_q_smem<Q>(), a, "backward dQ");
     });
-    printf("  sweep backward dQ %-30s %7.3f ms  %6.1f TFLOP/s of its 3 products\n", name, ms, tflops(flop * 0.6, ms));
+    printf("  sweep backward dQ %-30s %7.3f ms  %6.1f TFLOP/s of its 3 products  differs by %.1e\n", name, ms,
+           tflops(flop * 0.6, ms), relative_difference(b.dqkv, dqkv_ref));
 }
 void sweep(const Buffers& b, double fwd_flop, double bwd_flop) {
     using namespace attn;
-    time_forward<ForwardTiles<64, 4, 2, 64>>(b, "4 warps x 32 rows, keys 64", fwd_flop);
-    time_forward<ForwardTiles<64, 4, 1, 64>>(b, "4 warps x 16 rows, keys 64", fwd_flop);
-    time_forward<ForwardTiles<64, 8, 1, 64>>(b, "8 warps x 16 rows, keys 64", fwd_flop);
-    time_forward<ForwardTiles<64, 4, 2, 32>>(b, "4 warps x 32 rows, keys 32", fwd_flop);
-    time_forward<ForwardTiles<64, 8, 2, 64>>(b, "8 warps x 32 rows, keys 64", fwd_flop);
-    time_backward_kv<BackwardKVTiles<64, 8, 64, true>>(b, "8 warps, queries 64, K V in regs", bwd_flop);
-    time_backward_kv<BackwardKVTiles<64, 4, 64, true>>(b, "4 warps, queries 64, K V in regs", bwd_flop);
-    time_backward_kv<BackwardKVTiles<64, 8, 32, true>>(b, "8 warps, queries 32, K V in regs", bwd_flop);
-    time_backward_kv<BackwardKVTiles<64, 8, 64, false>>(b, "8 warps, queries 64, K V in smem", bwd_flop);
-    time_backward_kv<BackwardKVTiles<64, 4, 128, true>>(b, "4 warps, queries 128, K V in regs", bwd_flop);
-    time_backward_q<BackwardQTiles<64, 4, 64>>(b, "4 warps, keys 64", bwd_flop);
-    time_backward_q<BackwardQTiles<64, 8, 64>>(b, "8 warps, keys 64", bwd_flop);
-    time_backward_q<BackwardQTiles<64, 4, 32>>(b, "4 warps, keys 32", bwd_flop);
-    time_backward_q<BackwardQTiles<64, 2, 64>>(b, "2 warps, keys 64", bwd_flop);
-    time_backward_q<BackwardQTiles<64, 4, 128>>(b, "4 warps, keys 128", bwd_flop);
+    const Shape& s = b.s;
+    gpu::attention_forward(b.out, b.lse, b.qkv, s.B, s.T, b.C, s.NH);
+    gpu::attention_backward(b.dqkv, b.dout, b.qkv, b.out, b.lse, s.B, s.T, b.C, s.NH);  // also leaves delta
+    const std::vector<float> out_ref = to_floats(b.out, b.n), dqkv_ref = to_floats(b.dqkv, b.n3);
+    time_forward<ForwardTiles<64, 4, 2, 64>>(b, "4 warps x 32 rows, keys 64", fwd_flop, out_ref);
+    time_forward<ForwardTiles<64, 4, 1, 64>>(b, "4 warps x 16 rows, keys 64", fwd_flop, out_ref);
+    time_forward<ForwardTiles<64, 8, 1, 64>>(b, "8 warps x 16 rows, keys 64", fwd_flop, out_ref);
+    time_forward<ForwardTiles<64, 4, 2, 32>>(b, "4 warps x 32 rows, keys 32", fwd_flop, out_ref);
+    time_forward<ForwardTiles<64, 8, 2, 64>>(b, "8 warps x 32 rows, keys 64", fwd_flop, out_ref);
+    // forward's output in use again for backward (the same up to rounding, but backward's reference came from it)
+    gpu::attention_forward(b.out, b.lse, b.qkv, s.B, s.T, b.C, s.NH);
+    time_backward_kv<BackwardKVTiles<64, 8, 64, true>>(b, "8 warps, queries 64, K V in regs", bwd_flop, dqkv_ref);
+    time_backward_kv<BackwardKVTiles<64, 8, 64, false>>(b, "8 warps, queries 64, K V in smem", bwd_flop, dqkv_ref);
+    time_backward_kv<BackwardKVTiles<64, 4, 64, true>>(b, "4 warps, queries 64, K V in regs", bwd_flop, dqkv_ref);
+    time_backward_kv<BackwardKVTiles<64, 4, 128, true>>(b, "4 warps, queries 128, K V in regs", bwd_flop, dqkv_ref);
+    time_backward_q<BackwardQTiles<64, 4, 64>>(b, "4 warps, keys 64", bwd_flop, dqkv_ref);
+    time_backward_q<BackwardQTiles<64, 8, 64>>(b, "8 warps, keys 64", bwd_flop, dqkv_ref);
+    time_backward_q<BackwardQTiles<64, 4, 32>>(b, "4 warps, keys 32", bwd_flop, dqkv_ref);
+    time_backward_q<BackwardQTiles<64, 2, 64>>(b, "2 warps, keys 64", bwd_flop, dqkv_ref);
+    time_backward_q<BackwardQTiles<64, 4, 128>>(b, "4 warps, keys 128", bwd_flop, dqkv_ref);
 }
 #endif
 
@@ -153,11 +180,7 @@ void bench(Shape s, bool with_sweep) {
     using KV = attn::FlashTiles<64>::BackwardKV;
     using Q = attn::FlashTiles<64>::BackwardQ;
     if (s.hs == 64) {
-        const size_t rows = (size_t)s.B * s.NH * s.T;
-        const float delta_ms = median_ms([&] {
-            gpu::attention_backward_delta_kernel<<<gpu::ceil_div(rows, 8), 256, 0, gpu::stream()>>>(
-                b.delta, b.dout, b.out, s.B, s.T, b.C, s.NH, s.hs);
-        });
+        const float delta_ms = median_ms([&] { gpu::attention_backward_delta(b.delta, b.dout, b.out, s.B, s.T, b.C, s.NH); });
         const float kv_ms = median_ms([&] {
             gpu::launch_flash<KV>(gpu::flash_backward_kv_kernel<KV>, gpu::ceil_div(s.T, KV::key_rows),
                                   gpu::flash_backward_kv_smem<KV>(), a, "backward dK dV");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# GPU benchmark: tok/s and MFU of d12 (B=64, T=1024), d24 and d48 (recomputing activations) on
-# one GPU, and last d48 with --offload cpu (ZeRO-Offload: the optimizer on the host), with its
-# peak device memory. MFU is the trainer's own (its step lines: 6N + 6LCT FLOPs per token, N with the padded
-# vocabulary, as llm.c counts, against the GPU's dense peak in train/progress.h), averaged here.
+# GPU benchmark: attention alone beside PyTorch's; tok/s and MFU of d12 (B=64, T=1024), d24 and
+# d48 on one GPU, and last d48 with --offload cpu (ZeRO-Offload: the optimizer on the host), with
+# peak device memory; then a d12 step kernel by kernel (Nsight Compute). MFU is the trainer's own
+# (its step lines: 6N + 6LCT FLOPs per token, N with the padded vocabulary, as llm.c counts,
+# against the GPU's dense peak in train/progress.h), averaged here.
 set -u
 cd "$(dirname "$0")/.."
 DATA=${DATA:-/tmp/bench_tokens.bin}
@@ -34,8 +35,14 @@ bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
     local want=$((35 * L + 16 + (r >= 1 ? L : 0) + (r >= 2 ? 2 * L : 0) - offloaded))
     echo "$(echo "$out" | grep -E '^rank 0 kernel launches' | head -1) (expected $want)"
 }
-bench d12 64 30 0
+# attention alone at d12's and d48's shapes: ours (scripts/bench_attention, built beside train_gpt)
+# and PyTorch's scaled_dot_product_attention (FlashAttention-2 and cuDNN) where python3 has torch
+if [ -x scripts/bench_attention ]; then scripts/bench_attention | grep -v '^  sweep'; else echo "bench attention: FAILED (scripts/bench_attention not built)"; fi
+python3 scripts/bench_sdpa.py 2>&1 | grep -E '^bench'
+
+bench d12 64 30 1
 bench d24 32 20 0
+bench d48 16 10 0
 bench d48 16 10 2
 
 # ZeRO stages on one GPU shared by 2 ranks (MPI, staged through host memory): relative figures
@@ -49,3 +56,12 @@ if command -v mpirun >/dev/null; then
 fi
 # GPT-2 1.5B on one GPU with the optimizer state (12 bytes per parameter, 18.7 GB) on the host
 bench d48 16 10 2 --offload cpu
+
+# where a d12 step's time goes, kernel by kernel (Nsight Compute; 3 steps, per step)
+if command -v ncu >/dev/null; then
+    ncu --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv --page raw \
+        ./train_gpt --device cuda -e d12 -b 64 -t 1024 -x 3 -r 1 -v 0 -s 0 -o "" -i "$DATA" >/tmp/bench_ncu.csv 2>/dev/null &&
+        python3 scripts/kernel_table.py /tmp/bench_ncu.csv 3 || echo "kernel table: FAILED (ncu, /tmp/bench_ncu.csv)"
+else
+    echo "kernel table: skipped (no ncu)"
+fi

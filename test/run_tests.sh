@@ -66,7 +66,10 @@ run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash 
 run_check "run_gpt2_*.sh: prepare the data, HellaSwag and tokenizer their flags use" bash test/test_run_scripts.sh
 run_check "prerequisites: installs what is missing, nothing when all is there" bash test/test_prerequisites.sh
 run_check "make data in a fresh clone, offline: one line saying what to do, or made from SHARED" bash test/test_make_data.sh
-if [ -x test/test_kernels_cuda ]; then run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda; fi
+if [ -x test/test_kernels_cuda ]; then
+    run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda
+    run_check "attention kernels compile to mma.sync + ldmatrix, no spills (ptxas -v)" bash test/test_attention_build.sh
+fi
 if [ -x build/candidate/test/test_kernels_cuda ] && grep -qs KERNELS_CANDIDATE kernels/cuda/*.cuh; then
     run_gtest "CUDA candidate kernels (KERNELS=candidate) vs CPU backend" build/candidate/test/test_kernels_cuda
 fi

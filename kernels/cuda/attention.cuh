@@ -20,18 +20,49 @@ namespace gpu {
 
 inline size_t attention_saved_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
 
-// D[b,h,q] = sum_d dout . out over the head's channels: the softmax backward's row term
-// (sum_k P dP), computed without P. One warp per row.
+// D[b,h,q] = dout . out over the head's channels: the softmax backward's row term (sum_k P dP),
+// computed without P. LANES lanes a row (a power of two up to 32), each summing 16-byte chunks
+// (vec) or single elements, then a fixed shuffle tree: the same bits every run.
+template <int LANES>
 __global__ void attention_backward_delta_kernel(float* delta, const floatX* dout, const floatX* out, int B, int T,
-                                                int C, int NH, int hs) {
-    const size_t row = (size_t)blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;  // (b, h, q)
-    if (row >= (size_t)B * NH * T) return;
-    const int q = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((size_t)T * NH));
-    const size_t off = ((size_t)b * T + q) * C + h * hs;
+                                                int C, int NH, int hs, bool vec) {
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / LANES;  // (b, h, q)
+    const int lane = threadIdx.x % LANES;
+    const bool valid = row < (size_t)B * NH * T;  // every lane stays for the shuffles
     float sum = 0.0f;
-    for (int d = threadIdx.x % kWarp; d < hs; d += kWarp) sum += (float)dout[off + d] * (float)out[off + d];
-    sum = warp_sum(sum);
-    if (threadIdx.x % kWarp == 0) delta[row] = sum;
+    if (valid) {
+        const int q = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((size_t)T * NH));
+        const size_t off = ((size_t)b * T + q) * C + h * hs;
+        if (vec) {
+            for (int d = lane * x128::size; d < hs; d += LANES * x128::size) {
+                const x128 g = load128(dout + off + d), o = load128(out + off + d);
+                for (int k = 0; k < x128::size; k++) sum += (float)g[k] * (float)o[k];
+            }
+        } else {
+            for (int d = lane; d < hs; d += LANES) sum += (float)dout[off + d] * (float)out[off + d];
+        }
+    }
+    for (int o = LANES / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (valid && lane == 0) delta[row] = sum;
+}
+
+template <int LANES>
+inline void launch_attention_backward_delta(float* delta, const floatX* dout, const floatX* out, int B, int T, int C,
+                                            int NH, bool vec) {
+    constexpr int kBlock = 256;
+    const size_t rows = (size_t)B * NH * T;
+    attention_backward_delta_kernel<LANES><<<ceil_div(rows, kBlock / LANES), kBlock, 0, stream()>>>(
+        delta, dout, out, B, T, C, NH, C / NH, vec);
+    check_launch();
+}
+// as many lanes a row as it has 16-byte chunks (at least 8, at most 32)
+inline void attention_backward_delta(float* delta, const floatX* dout, const floatX* out, int B, int T, int C,
+                                     int NH) {
+    const int hs = C / NH, chunks = ceil_div(hs, x128::size);
+    const bool vec = hs % x128::size == 0 && C % x128::size == 0 && aligned16(dout) && aligned16(out);
+    if (vec && chunks <= 8) launch_attention_backward_delta<8>(delta, dout, out, B, T, C, NH, vec);
+    else if (vec && chunks <= 16) launch_attention_backward_delta<16>(delta, dout, out, B, T, C, NH, vec);
+    else launch_attention_backward_delta<32>(delta, dout, out, B, T, C, NH, vec);
 }
 
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
@@ -51,9 +82,7 @@ inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* q
     if (B == 0 || T == 0) return;
     const int hs = C / NH;
     float* delta = (float*)scratch((size_t)B * NH * T * sizeof(float));
-    const size_t rows = (size_t)B * NH * T;
-    attention_backward_delta_kernel<<<ceil_div(rows, 256 / kWarp), 256, 0, stream()>>>(delta, dout, out, B, T, C, NH, hs);
-    check_launch();
+    attention_backward_delta(delta, dout, out, B, T, C, NH);
 #ifdef ENABLE_FP32
     plain_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH);
 #else

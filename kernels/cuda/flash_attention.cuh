@@ -16,15 +16,18 @@
 // that saves the second kernel's two score products (Q K^T, dO V^T), a third of its work.
 //
 // Design occupancy (H100/H200: 64K registers, 228 KiB shared memory, 4 schedulers per SM), at
-// hs = 64 with the shapes in attention_tiles.h:
-//   forward      4 warps, 128 query rows:  <= 255 registers, 54 KiB shared -> 2 blocks, 8 warps/SM
-//   backward dKV 8 warps, 128 key rows:    <= 255 registers, 73 KiB shared -> 1 block, 8 warps/SM
-//   backward dQ  4 warps,  64 query rows:  <= 168 registers, 54 KiB shared -> 3 blocks, 12 warps/SM
+// hs = 64 with the shapes in attention_tiles.h (registers from ptxas -v, sm_90):
+//   forward      4 warps, 128 query rows, keys 64 a tile:  248 registers, 54 KiB -> 2 blocks, 8 warps/SM
+//   backward dKV 8 warps, 128 key rows, queries 64 a tile: 174 registers, 73 KiB -> 1 block, 8 warps/SM
+//   backward dQ  4 warps,  64 query rows, keys 64 a tile:  148 registers, 54 KiB -> 3 blocks, 12 warps/SM
 // Registers bind first: a warp's accumulators and one tile of scores must stay in registers (no
-// spills: `make test` checks ptxas's report), which leaves room for 8 to 12 warps an SM; two
-// warps per scheduler are enough to hide ldmatrix and exp2 latency behind the other's mma.
-// Rows of 32 (forward) instead of 16 let each K and V fragment loaded from shared memory serve
-// two products, halving the shared-memory reads per mma.
+// spills: `make test` checks ptxas's report for sm_80 and sm_90), which leaves room for 8 to 12
+// warps an SM; two warps per scheduler hide ldmatrix and exp2 latency behind the other's mma.
+// Rows of 32 a warp (forward) instead of 16 let each K and V fragment loaded from shared memory
+// serve two products, halving the shared-memory reads per mma. Each shape was the fastest of
+// those scripts/bench_attention --sweep times on an H200 that keep every register (docs/gpu_runs.md):
+// dK/dV with 4 warps and queries 128 a tile was 9% faster there but needs all 255 registers on
+// sm_90 and spills on sm_80.
 #pragma once
 #include "../attention_tiles.h"
 #include "attention_heads.cuh"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# No GPU needed: what the compiler makes of the tensor-core attention kernels (issue 35).
+# - ptxas -v: every attention kernel of the bf16 build keeps its registers (0 bytes of spills,
+#   0 bytes of stack), for sm_80 and sm_90;
+# - the PTX of the flash kernels holds mma.sync m16n8k16 (bf16) and ldmatrix, and no wmma;
+# - the SASS (cuobjdump, where the toolkit has it) holds HMMA.16816 and LDSM.
+set -u
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$NVCC" ] || { echo "no nvcc: nothing to check"; exit 0; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+flags=(-x cu -std=c++17 -O3 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90)
+if ! "$NVCC" "${flags[@]}" -Xptxas -v -c test/attention_kernels.cu -o "$tmp/a.o" >"$tmp/ptxas.log" 2>&1; then
+    cat "$tmp/ptxas.log"; echo "FAIL: the attention kernels do not compile"; exit 1
+fi
+# "Compiling entry function 'NAME' for 'sm_XX'" then "N bytes stack frame, N bytes spill stores, N bytes spill loads", "Used N registers"
+report=$(awk '/Compiling entry function/ { match($0, /'"'"'[^'"'"']*'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2); arch = $NF }
+              /bytes stack frame/ { frame = $0 }
+              /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); print name, arch, substr($0, RSTART + 5, RLENGTH - 15), frame }' "$tmp/ptxas.log")
+n=$(echo "$report" | grep -c flash_)
+[ "$n" -ge 12 ] || { echo "FAIL: expected the three flash kernels at two head sizes for sm_80 and sm_90 (12), found $n"; fail=1; }
+while read -r name arch regs frame; do
+    [[ $name == *flash_* || $name == *attention_backward_delta* ]] || continue
+    pretty=$(echo "$name" | c++filt | sed 's/(gpu::FlashArgs)//; s/void gpu:://')
+    echo "$arch $regs registers: $pretty ($frame)" | sed "s/'//g"
+    if ! echo "$frame" | grep -q '0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads'; then
+        echo "FAIL: $pretty for $arch spills: $frame"; fail=1
+    fi
+done <<<"$report"
+
+# PTX, kernel by kernel: each flash kernel's body between its .entry and the next
+"$NVCC" "${flags[@]/-gencode/}" -x cu -std=c++17 -O3 -I. -arch=sm_90 -ptx test/attention_kernels.cu -o "$tmp/a.ptx" 2>/dev/null ||
+    "$NVCC" -x cu -std=c++17 -O3 -I. -arch=sm_90 -ptx test/attention_kernels.cu -o "$tmp/a.ptx"
+awk '/^\.visible \.entry|^\.entry/ { name = $NF } { if (name ~ /flash_/) print name "\t" $0 }' "$tmp/a.ptx" >"$tmp/flash.ptx"
+for kernel in flash_forward_kernel flash_backward_kv_kernel flash_backward_q_kernel; do
+    for want in 'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32' 'ldmatrix.sync.aligned.m8n8.x4'; do
+        grep "$kernel" "$tmp/flash.ptx" | grep -q -F "$want" || { echo "FAIL: $kernel's PTX has no $want"; fail=1; }
+    done
+done
+grep -q "ldmatrix.sync.aligned.m8n8.x4.trans" "$tmp/flash.ptx" || { echo "FAIL: no ldmatrix .trans (P V, dS K)"; fail=1; }
+if grep -q -i wmma "$tmp/a.ptx"; then echo "FAIL: the attention kernels still use wmma"; fail=1; fi
+echo "PTX: $(grep -c 'mma.sync.aligned.m16n8k16' "$tmp/flash.ptx") mma.sync, $(grep -c 'ldmatrix' "$tmp/flash.ptx") ldmatrix, $(grep -c -i wmma "$tmp/a.ptx") wmma"
+
+CUOBJDUMP=$(dirname "$NVCC")/cuobjdump
+if [ -x "$CUOBJDUMP" ]; then
+    "$CUOBJDUMP" -sass -arch sm_90 "$tmp/a.o" >"$tmp/a.sass" 2>&1
+    hmma=$(grep -c 'HMMA.16816.F32.BF16' "$tmp/a.sass"); ldsm=$(grep -c 'LDSM' "$tmp/a.sass")
+    echo "SASS sm_90: $hmma HMMA.16816.F32.BF16, $ldsm LDSM"
+    [ "$hmma" -gt 0 ] && [ "$ldsm" -gt 0 ] || { echo "FAIL: no HMMA.16816 or LDSM in the SASS"; fail=1; }
+fi
+[ $fail -eq 0 ] && echo "attention kernels: no spills, mma.sync + ldmatrix, no wmma"
+exit $fail
