@@ -34,6 +34,13 @@ bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
     local want=$((35 * L + 16 + (r >= 1 ? L : 0) + (r >= 2 ? 2 * L : 0) - offloaded))
     echo "$(echo "$out" | grep -E '^rank 0 kernel launches' | head -1) (expected $want)"
 }
+# each kernel of the d12 step other than attention and the GEMMs, in each KERNELS build present
+# (make -f kernels/cuda.mk [KERNELS=candidate] .../test/bench_kernels_cuda); the encoder backward
+# also on Tiny Shakespeare's tokens when make data has written them
+SHAKESPEARE=data/tinyshakespeare/tiny_shakespeare_train.bin
+for b in test/bench_kernels_cuda build/candidate/test/bench_kernels_cuda; do
+    if [ -x "$b" ]; then "$b" $([ -f "$SHAKESPEARE" ] && echo "$SHAKESPEARE"); fi
+done
 bench d12 64 30 0
 bench d24 32 20 0
 bench d48 16 10 2

@@ -603,9 +603,8 @@ TEST_F(Cuda, Classifier) {
     check_classifier(134, 101, 128);
     check_classifier(16, 50257, 50304);
     check_classifier(1024, 50257, 50304);  // GPT-2's vocabulary over many rows
-    check_classifier(3, 65529, 65536);     // the widest row the candidate build holds in registers (bf16)
-    check_classifier(3, 70001, 70016);     // wider: the kernel that reads the row twice
-    check_classifier(5, 1000, 1003);       // Vp not a multiple of 8
+    check_classifier(3, 100001, 100008);   // 200 KB of bf16 (held in shared memory), 400 KB of fp32 (read twice)
+    check_classifier(5, 1000, 1003);       // Vp not a multiple of 8: the kernel that reads the row twice
 }
 
 // *acc += mean of the losses, on the device, against the CPU's double sum; more losses than

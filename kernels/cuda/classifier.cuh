@@ -2,9 +2,10 @@
 // in place by dlogits = (softmax - onehot(target)) * dloss, so no second vocabulary-sized buffer
 // exists; padding columns V..Vp-1 get zero. losses are fp32 per row. dloss == 0 (inference)
 // keeps the logits.
-// The candidate build holds each row in registers (bf16 rows up to 65536 wide): one 16-byte read
-// and one 16-byte write of each logit, the padding columns only written; wider rows (the fp32
-// build's 50304) take the kernel that reads the row twice.
+// The candidate build holds each row in shared memory (GPT-2's 50304 logits: 100 KB in bf16, two
+// rows an SM; 201 KB in fp32): one 16-byte read and one 16-byte write of each logit, the padding
+// columns only written; a row wider than a block's shared memory takes the kernel that reads it
+// twice.
 #pragma once
 #include "common.cuh"
 
@@ -45,67 +46,65 @@ __global__ void __launch_bounds__(kClassifierBlock)
 constexpr int kClassifierRowBlock = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// One block a row, each thread CHUNKS groups of x128::size logits (group i of thread t starts at
-// column (i * blockDim.x + t) * x128::size), kept in registers from the read to the write. The
-// group that V cuts is read element by element up to V; padding is never read.
-template <int CHUNKS>
-__global__ void __launch_bounds__(kClassifierRowBlock)
+// One block a row, whose real logits go to shared memory with 16-byte loads (the group of
+// x128::size that V cuts element by element; padding is never read); max, sum and dlogits read
+// them there, and dlogits leave with 16-byte stores. Vp % x128::size == 0, logits aligned.
+__global__ void __launch_bounds__(kClassifierRowBlock, 2)
     classifier_row_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp) {
     constexpr int S = x128::size;
+    extern __shared__ int4 row_shared[];  // int4: 16-byte aligned
+    floatX* cached = (floatX*)row_shared;
     floatX* row = logits + (size_t)blockIdx.x * Vp;
-    const int target = targets[blockIdx.x];
-    __shared__ float target_logit;
-    x128 v[CHUNKS];
+    const int target = targets[blockIdx.x], groups = Vp / S;
     float mx = -INFINITY;
-    for (int i = 0; i < CHUNKS; i++) {
-        const int j = (i * blockDim.x + threadIdx.x) * S;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int j = g * S;
+        x128 v;
         if (j + S <= V) {
-            v[i] = load128(row + j);
+            v = load128(row + j);
         } else {
-            for (int k = 0; k < S; k++) v[i][k] = j + k < V ? row[j + k] : (floatX)-INFINITY;
+            for (int k = 0; k < S; k++) v[k] = j + k < V ? row[j + k] : (floatX)-INFINITY;
         }
-        for (int k = 0; k < S; k++) mx = fmaxf(mx, (float)v[i][k]);
-        if (target >= j && target < j + S) target_logit = (float)v[i][target - j];
+        store128(cached + j, v);
+        for (int k = 0; k < S; k++) mx = fmaxf(mx, (float)v[k]);
     }
-    const float row_max = block_max(mx);  // its __syncthreads also publish target_logit
+    const float row_max = block_max(mx);  // its __syncthreads also publish the cached row
     const float scaled_max = row_max * kLog2e;
     float sum = 0.0f;
-    for (int i = 0; i < CHUNKS; i++)
-        for (int k = 0; k < S; k++) sum += exp2f(fmaf((float)v[i][k], kLog2e, -scaled_max));  // -inf: 0
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const x128 v = load128(cached + g * S);
+        for (int k = 0; k < S; k++) sum += exp2f(fmaf((float)v[k], kLog2e, -scaled_max));  // padding: exp(-inf) = 0
+    }
     sum = block_sum(sum);
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + row_max - target_logit;
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + row_max - (float)cached[target];
     if (dloss == 0.0f) return;
     const float scale = dloss / sum;
-    for (int i = 0; i < CHUNKS; i++) {
-        const int j = (i * blockDim.x + threadIdx.x) * S;
-        if (j >= Vp) break;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int j = g * S;
+        const x128 v = load128(cached + j);
         x128 d;
         for (int k = 0; k < S; k++) {
-            const float p = exp2f(fmaf((float)v[i][k], kLog2e, -scaled_max)) * scale;
+            const float p = exp2f(fmaf((float)v[k], kLog2e, -scaled_max)) * scale;
             d[k] = (floatX)(j + k < V ? p - (j + k == target ? dloss : 0.0f) : 0.0f);
         }
         store128(row + j, d);
     }
 }
 
-// the row kernel for rows of at most CHUNKS * kClassifierRowBlock * x128::size logits; false
-// when CHUNKS is too small for this Vp (and no larger CHUNKS is instantiated)
-template <int CHUNKS>
-inline bool classifier_row_launch(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp) {
-    if ((size_t)Vp > (size_t)CHUNKS * kClassifierRowBlock * x128::size) {
-        if constexpr (CHUNKS < 8) return classifier_row_launch<CHUNKS * 2>(logits, losses, targets, dloss, N, V, Vp);
-        else return false;
-    }
-    classifier_row_kernel<CHUNKS><<<N, kClassifierRowBlock, 0, stream()>>>(logits, losses, targets, dloss, V, Vp);
-    check_launch();
-    return true;
-}
-
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp) {
     if (N == 0) return;
-    if (Vp % x128::size == 0 && aligned16(logits) && classifier_row_launch<1>(logits, losses, targets, dloss, N, V, Vp))
-        return;
-    fused_classifier_kernel<<<N, kClassifierBlock, 0, stream()>>>(logits, losses, targets, dloss, V, Vp);
+    const size_t smem = (size_t)Vp * sizeof(floatX);
+    // room left for block_max's and block_sum's static shared memory
+    if (Vp % x128::size == 0 && aligned16(logits) && smem + 1024 <= ctx().max_smem_optin) {
+        static size_t opted_in = 48 << 10;  // a row beyond the default 48 KiB must be asked for
+        if (smem > opted_in) {
+            CUDA_CHECK(cudaFuncSetAttribute(classifier_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            opted_in = smem;
+        }
+        classifier_row_kernel<<<N, kClassifierRowBlock, smem, stream()>>>(logits, losses, targets, dloss, V, Vp);
+    } else {
+        fused_classifier_kernel<<<N, kClassifierBlock, 0, stream()>>>(logits, losses, targets, dloss, V, Vp);
+    }
     check_launch();
 }
 #else
