@@ -70,12 +70,12 @@ GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/
 
 CUDA_TESTS = $(addprefix $(CUDA_OUT)test/,test_kernels_cuda test_kernels_cuda_fp32 test_zero_cuda test_zero_cuda_fp32)
 $(CUDA_OUT)test/test_kernels_cuda_fp32 $(CUDA_OUT)test/test_zero_cuda_fp32: NVCC_PRECISION = -DENABLE_FP32
-$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h train_gpt.cu $(CUDA_HEADERS)
+$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h test/zipf_tokens.h train_gpt.cu $(CUDA_HEADERS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
 # the per-kernel benchmark at d12's shapes (scripts/bench_gpu.sh runs it)
-$(CUDA_OUT)test/bench_kernels_cuda: test/bench_kernels_cuda.cu $(CUDA_HEADERS)
+$(CUDA_OUT)test/bench_kernels_cuda: test/bench_kernels_cuda.cu test/zipf_tokens.h $(CUDA_HEADERS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -DNO_MPI $< -o $@ $(NVCC_LIBS)
 

@@ -20,6 +20,7 @@
 
 #include "data/dataloader.h"  // validate_shard
 #include "kernels/cuda_backend.cuh"
+#include "test/zipf_tokens.h"
 
 namespace {
 
@@ -98,16 +99,6 @@ struct Sets {
     X* at(int copy, int tensor) const { return p[(size_t)tensor * copies + copy]; }
 };
 
-std::vector<int> zipf_tokens(size_t n, uint32_t seed) {
-    std::vector<double> w(kV);
-    for (int k = 0; k < kV; k++) w[k] = 1.0 / (k + 1);
-    std::discrete_distribution<int> dist(w.begin(), w.end());
-    std::mt19937 rng(seed);
-    std::vector<int> v(n);
-    for (int& x : v) x = dist(rng);
-    return v;
-}
-
 // the first n tokens of an llm.c token shard
 std::vector<int> shard_tokens(const std::string& path, size_t n) {
     const size_t count = validate_shard(path);
@@ -168,7 +159,7 @@ int main(int argc, char** argv) {
         const double bytes = 3.0 * n * x;
         X* wte = device_random<X>((size_t)kVp * kC, 1);
         X* wpe = device_random<X>((size_t)kT * kC, 2);
-        std::vector<int> h = zipf_tokens(kBT, 3);
+        std::vector<int> h = zipf_tokens(kBT, kV, 3);
         int* tok = (int*)G::alloc(kBT * sizeof(int));
         G::from_host(tok, h.data(), kBT * sizeof(int));
         const int copies = copies_for(bytes);
@@ -234,7 +225,7 @@ int main(int argc, char** argv) {
         const double bytes = 2.0 * kBT * kVp * x;
         X* logits = device_random<X>(kBT * kVp, 60);
         float* losses = (float*)G::alloc(kBT * sizeof(float));
-        std::vector<int> h = zipf_tokens(kBT, 61);
+        std::vector<int> h = zipf_tokens(kBT, kV, 61);
         int* targets = (int*)G::alloc(kBT * sizeof(int));
         G::from_host(targets, h.data(), kBT * sizeof(int));
         report("fused_classifier", bytes, median_ms(1, [&](int) {
@@ -274,7 +265,7 @@ int main(int argc, char** argv) {
         std::vector<int> uniform(kBT);
         for (int& t : uniform) t = (int)(rng() % kV);
         bench_encoder_backward("uniform", uniform, 1);
-        bench_encoder_backward("Zipf", zipf_tokens(kBT, 81), 0);
+        bench_encoder_backward("Zipf", zipf_tokens(kBT, kV, 81), 0);
         if (argc > 1) bench_encoder_backward(argv[1], shard_tokens(argv[1], kBT), 0);
     }
     {  // optimizer: AdamW over d12's parameters (bf16 parameters and gradients, fp32 master, m, v), norm

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "zipf_tokens.h"
 
 using G = CudaBackend;
 using X = G::floatX;
@@ -73,17 +74,6 @@ std::vector<int> random_ints(size_t n, int hi, uint32_t seed) {
     return v;
 }
 
-// n tokens below V drawn with P(k) proportional to 1 / (k + 1), as real text repeats a few
-// tokens very often
-std::vector<int> zipf_tokens(size_t n, int V, uint32_t seed) {
-    std::vector<double> weights(V);
-    for (int k = 0; k < V; k++) weights[k] = 1.0 / (k + 1);
-    std::discrete_distribution<int> dist(weights.begin(), weights.end());
-    std::mt19937 rng(seed);
-    std::vector<int> v(n);
-    for (int& x : v) x = dist(rng);
-    return v;
-}
 // token k % V repeated counts[k] times, in a shuffled order: each token's run in sorted order
 // is as long as its count
 std::vector<int> tokens_with_counts(const std::vector<int>& counts, int V, uint32_t seed) {
