@@ -3,10 +3,11 @@
 // L1/L2 between passes. The fused variant first writes residual_out = a + b and normalises that
 // stored (rounded) value, which is what backward will see.
 // Backward: dinp += (the residual stream's gradient), one warp per row, in one pass over memory:
-// each warp reads its row of dout and inp twice (sums, then output) and the second read finds
-// them in L1. dweight/dbias += from per-warp sums in shared memory, added up per block in warp
-// order, then over blocks in block order (column_sum.cuh): no float atomics, the same bits every
-// run. (The default build's backward reads the rows again for separate column sums.)
+// each warp reads its row of dout and inp twice (sums, then output), the second time from cache
+// (L1, or L2 where the shared memory below leaves L1 small). dweight/dbias += from per-warp sums
+// in shared memory, added up per block in warp order, then over blocks in block order
+// (column_sum.cuh): no float atomics, the same bits every run. (The default build's backward
+// reads the rows again for separate column sums.)
 #pragma once
 #include <algorithm>
 
