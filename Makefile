@@ -67,7 +67,7 @@ ifneq ($(KERNEL_CANDIDATES),)
 TEST_BINS += candidate-build
 .PHONY: candidate-build
 candidate-build: | prerequisites-test
-	$(MAKE) -f kernels/cuda.mk KERNELS=candidate build/candidate/train_gpt build/candidate/test/test_kernels_cuda
+	$(MAKE) -f kernels/cuda.mk KERNELS=candidate build/candidate/train_gpt build/candidate/test/test_kernels_cuda build/candidate/test/bench_kernels_cuda
 endif
 endif
 GTEST_MAIN = -lgtest_main

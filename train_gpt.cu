@@ -231,8 +231,7 @@ public:
             Backend::matmul_forward(scratch_, layer(atty_, l, C), p[L_ATTPROJW], p[L_ATTPROJB], BT, C, C);
             Backend::residual_layernorm_forward(layer(residual2_, l, C), ln2(l), ln2_stats(l, 0), ln2_stats(l, 1),
                                                 residual, scratch_, p[L_LN2W], p[L_LN2B], BT, C);
-            Backend::matmul_forward(layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
-            Backend::gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), (size_t)BT * 4 * C);
+            Backend::matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
             Backend::matmul_forward(scratch_, fch_gelu(l), p[L_FCPROJW], p[L_FCPROJB], BT, 4 * C, C);
             Backend::residual_forward(layer(residual3_, l, C), layer(residual2_, l, C), scratch_, (size_t)BT * C);
         }
@@ -250,30 +249,33 @@ public:
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
         Tensors emb = zero_.params(0), fin = zero_.params(L + 1);
         Tensors demb = zero_.grads(0), dfin = zero_.grads(L + 1);
-        Backend::matmul_backward(dbuf_, demb[0], nullptr, logits_, lnf_, emb[0], BT, C, c_.padded_vocab_size);
+        Backend::matmul_backward(dbuf_, demb[0], nullptr, logits_, lnf_, emb[0], BT, C, c_.padded_vocab_size, false);
         Backend::zero(dresidual_, (size_t)BT * C * sizeof(floatX));
         Backend::layernorm_backward(dresidual_, dfin[0], dfin[1], dbuf_, layer(residual3_, L - 1, C), fin[0],
                                     lnf_stats_, lnf_stats_ + B_ * T_, BT, C);
         zero_.grads_done(L + 1);
         for (int l = L - 1; l >= 0; l--) {
             Tensors p = zero_.params(1 + l), g = zero_.grads(1 + l);
+            // each bias gets one addition a backward: while the group is zero, it may be written
+            const bool zeroed = zero_.grads_zeroed(1 + l);
             zero_.prefetch(l);  // the layer below
             const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
             floatX* fch = layer(fch_, l, 4 * C);
             if (recompute_ >= 1) Backend::gelu_forward(fch_gelu(l), fch, (size_t)BT * 4 * C);
-            Backend::matmul_backward(dbuf4_, g[L_FCPROJW], g[L_FCPROJB], dresidual_, fch_gelu(l), p[L_FCPROJW], BT, 4 * C, C);
-            Backend::gelu_backward(dbuf4_, fch, (size_t)BT * 4 * C);
+            Backend::matmul_gelu_backward(dbuf4_, g[L_FCPROJW], g[L_FCPROJB], dresidual_, fch_gelu(l), fch, p[L_FCPROJW],
+                                          BT, 4 * C, C, zeroed);
             if (recompute_ >= 2)
                 Backend::layernorm_forward(ln2(l), ln2_stats(l, 0), ln2_stats(l, 1), layer(residual2_, l, C), p[L_LN2W], p[L_LN2B], BT, C);
-            Backend::matmul_backward(dbuf_, g[L_FCW], g[L_FCB], dbuf4_, ln2(l), p[L_FCW], BT, C, 4 * C);
+            Backend::matmul_backward(dbuf_, g[L_FCW], g[L_FCB], dbuf4_, ln2(l), p[L_FCW], BT, C, 4 * C, zeroed);
             Backend::layernorm_backward(dresidual_, g[L_LN2W], g[L_LN2B], dbuf_, layer(residual2_, l, C), p[L_LN2W],
                                         ln2_stats(l, 0), ln2_stats(l, 1), BT, C);
-            Backend::matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C, C);
+            Backend::matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C,
+                                     C, zeroed);
             floatX* dqkv = dbuf4_;  // dbuf4_ is free again and 4C >= 3C wide
             Backend::attention_backward(dqkv, dbuf_, layer(qkv_, l, 3 * C), layer(atty_, l, C), att_saved(l), B, T, C, NH);
             if (recompute_ >= 2)
                 Backend::layernorm_forward(ln1(l), ln1_stats(l, 0), ln1_stats(l, 1), residual, p[L_LN1W], p[L_LN1B], BT, C);
-            Backend::matmul_backward(dbuf_, g[L_QKVW], g[L_QKVB], dqkv, ln1(l), p[L_QKVW], BT, C, 3 * C);
+            Backend::matmul_backward(dbuf_, g[L_QKVW], g[L_QKVB], dqkv, ln1(l), p[L_QKVW], BT, C, 3 * C, zeroed);
             Backend::layernorm_backward(dresidual_, g[L_LN1W], g[L_LN1B], dbuf_, residual, p[L_LN1W],
                                         ln1_stats(l, 0), ln1_stats(l, 1), BT, C);
             zero_.grads_done(1 + l);

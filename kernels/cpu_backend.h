@@ -80,9 +80,24 @@ struct CpuBackend {
                                int N, int C, int OC) {
         cpu::matmul_forward(out, inp, w, bias, N, C, OC);
     }
+    // dbias_zeroed (dbias holds zeros) lets a backend write dbias instead of adding; here it adds
     static void matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
-                                const floatX* inp, const floatX* w, int N, int C, int OC) {
+                                const floatX* inp, const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
+        (void)dbias_zeroed;
         cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    }
+    // pre_gelu = inp @ w^T + bias, out_gelu = gelu(pre_gelu)
+    static void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w,
+                                    const floatX* bias, int N, int C, int OC) {
+        cpu::matmul_forward(pre_gelu, inp, w, bias, N, C, OC);
+        cpu::gelu_forward(out_gelu, pre_gelu, (size_t)N * OC);
+    }
+    // matmul_backward with inp = gelu(pre_gelu), dinp then the gradient of pre_gelu
+    static void matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
+                                     const floatX* inp, const floatX* pre_gelu, const floatX* w, int N, int C,
+                                     int OC, bool dbias_zeroed) {
+        matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed);
+        cpu::gelu_backward(dinp, pre_gelu, (size_t)N * C);
     }
     static size_t attention_saved_floats(int B, int T, int NH) {
         return cpu::attention_saved_floats(B, T, NH);

@@ -1,7 +1,7 @@
 # CUDA build fragment: `include kernels/cuda.mk` from the Makefile, or run it on its own, which
 # checks no prerequisites (scripts/gpu_check.sh does so on a machine without a package manager):
 #   make -f kernels/cuda.mk train_gpt [PRECISION=FP32] [NO_MPI=1] [NO_BLAS=1] [GPU_ARCHS="80 90"]
-#   make -f kernels/cuda.mk test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda ...
+#   make -f kernels/cuda.mk test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/bench_kernels_cuda ...
 #   make -f kernels/cuda.mk KERNELS=candidate build/candidate/train_gpt build/candidate/test/test_kernels_cuda ...
 # test/test_kernels_cuda and test/test_zero_cuda follow PRECISION (bf16 by default), their *_fp32
 # twins are always fp32: each precision its own file, built once. GPU_ARCHS defaults to sm_80 and
@@ -70,9 +70,14 @@ GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/
 
 CUDA_TESTS = $(addprefix $(CUDA_OUT)test/,test_kernels_cuda test_kernels_cuda_fp32 test_zero_cuda test_zero_cuda_fp32)
 $(CUDA_OUT)test/test_kernels_cuda_fp32 $(CUDA_OUT)test/test_zero_cuda_fp32: NVCC_PRECISION = -DENABLE_FP32
-$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h test/tolerance.h train_gpt.cu $(CUDA_HEADERS)
+$(CUDA_OUT)test/test_kernels_cuda $(CUDA_OUT)test/test_kernels_cuda_fp32: test/test_kernels_cuda.cu test/test_util.h test/tolerance.h test/zipf_tokens.h train_gpt.cu $(CUDA_HEADERS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
+
+# the per-kernel benchmark at d12's shapes (scripts/bench_gpu.sh runs it)
+$(CUDA_OUT)test/bench_kernels_cuda: test/bench_kernels_cuda.cu test/zipf_tokens.h $(CUDA_HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -DNO_MPI $< -o $@ $(NVCC_LIBS)
 
 # the ZeRO tests on the CUDA backend, ranks sharing one GPU (scripts/gpu_check.sh runs them)
 $(CUDA_OUT)test/test_zero_cuda $(CUDA_OUT)test/test_zero_cuda_fp32: test/test_zero.cpp test/test_util.h test/tolerance.h test/recording_comm.h train_gpt.cu $(CUDA_HEADERS)
@@ -91,5 +96,5 @@ $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention
 	rm -rf build/candidate

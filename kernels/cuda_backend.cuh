@@ -161,8 +161,16 @@ struct CudaBackend {
         gpu::matmul_forward(out, inp, w, bias, N, C, OC);
     }
     static void matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
-                                const floatX* w, int N, int C, int OC) {
-        gpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+                                const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
+        gpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed);
+    }
+    static void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w,
+                                    const floatX* bias, int N, int C, int OC) {
+        gpu::matmul_gelu_forward(out_gelu, pre_gelu, inp, w, bias, N, C, OC);
+    }
+    static void matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
+                                     const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
+        gpu::matmul_gelu_backward(dinp, dw, dbias, dout, inp, pre_gelu, w, N, C, OC, dbias_zeroed);
     }
     static size_t attention_saved_floats(int B, int T, int NH) { return gpu::attention_saved_floats(B, T, NH); }
     static void attention_forward(floatX* out, float* saved, const floatX* qkv, int B, int T, int C, int NH) {

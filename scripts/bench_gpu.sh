@@ -40,6 +40,13 @@ bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
 if [ -x scripts/bench_attention ]; then scripts/bench_attention | grep -v '^  sweep'; else echo "bench attention: FAILED (scripts/bench_attention not built)"; fi
 python3 scripts/bench_sdpa.py 2>&1 | grep -E '^bench'
 
+# each kernel of the d12 step other than attention and the GEMMs, in each KERNELS build present
+# (make -f kernels/cuda.mk [KERNELS=candidate] .../test/bench_kernels_cuda); the encoder backward
+# also on Tiny Shakespeare's tokens when make data has written them
+SHAKESPEARE=data/tinyshakespeare/tiny_shakespeare_train.bin
+for b in test/bench_kernels_cuda build/candidate/test/bench_kernels_cuda; do
+    if [ -x "$b" ]; then "$b" $([ -f "$SHAKESPEARE" ] && echo "$SHAKESPEARE"); fi
+done
 bench d12 64 30 1
 bench d24 32 20 0
 bench d48 16 10 0

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "zipf_tokens.h"
 
 using G = CudaBackend;
 using X = G::floatX;
@@ -73,6 +74,15 @@ std::vector<int> random_ints(size_t n, int hi, uint32_t seed) {
     std::mt19937 rng(seed);
     std::vector<int> v(n);
     for (int& x : v) x = (int)(rng() % (uint32_t)hi);
+    return v;
+}
+
+// token k % V repeated counts[k] times, in a shuffled order: each token's run in sorted order
+// is as long as its count
+std::vector<int> tokens_with_counts(const std::vector<int>& counts, int V, uint32_t seed) {
+    std::vector<int> v;
+    for (size_t k = 0; k < counts.size(); k++) v.insert(v.end(), counts[k], (int)(k * 7919 % V));
+    std::shuffle(v.begin(), v.end(), std::mt19937(seed));
     return v;
 }
 
@@ -156,10 +166,9 @@ TEST_F(Cuda, MemoryPrimitives) {
 // ----------------------------------------------------------------------------
 // encoder
 
-void check_encoder(int B, int T, int C, int V) {
+void check_encoder(int B, int T, int C, int V, const std::vector<int>& tok) {
     SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " V=" << V);
     std::vector<float> wte = random_vec((size_t)V * C, -1, 1, 2), wpe = random_vec((size_t)T * C, -1, 1, 3);
-    std::vector<int> tok = random_ints((size_t)B * T, V, 4);  // V small: many repeated tokens
     Dev<X> d_wte = up(wte), d_wpe = up(wpe), d_out((size_t)B * T * C);
     Dev<int> d_tok = up_raw(tok);
     G::encoder_forward(d_out.p, d_tok.p, d_wte.p, d_wpe.p, B, T, C);
@@ -182,11 +191,30 @@ void check_encoder(int B, int T, int C, int V) {
     EXPECT_TRUE(bytes(d_dwte2) == first_wte) << "encoder_backward dwte is not deterministic";
     EXPECT_TRUE(bytes(d_dwpe2) == first_wpe) << "encoder_backward dwpe is not deterministic";
 }
+void check_encoder(int B, int T, int C, int V) {
+    check_encoder(B, T, C, V, random_ints((size_t)B * T, V, 4));  // V small: many repeated tokens
+}
 
 TEST_F(Cuda, Encoder) {
     check_encoder(2, 67, 96, 11);
     check_encoder(3, 128, 768, 101);
     check_encoder(2, 33, 20, 7);  // C not a multiple of 8: scalar path
+    check_encoder(4, 256, 1600, 50257, zipf_tokens(4 * 256, 50257, 8));  // GPT-2 XL's channels, real vocabulary
+}
+
+// Runs of one token (in sorted order) of every length from 1 to B*T = 65536: shorter and longer
+// than a block's share of positions, starting and ending anywhere, and one token everywhere
+TEST_F(Cuda, EncoderLongRuns) {
+    const int B = 64, T = 1024, V = 50257;
+    std::vector<int> counts = {1, 2, 3, 63, 64, 65, 127, 128, 129, 191, 1000, 4097, 8191};
+    int used = 0;
+    for (int n : counts) used += n;
+    for (int k = 1; used + k <= B * T - 30000; k = k * 3 + 1) counts.push_back(k), used += k;
+    counts.push_back(B * T - used);  // the rest: one run of about 30000
+    check_encoder(B, T, 64, V, tokens_with_counts(counts, V, 9));
+    check_encoder(B, T, 20, V, tokens_with_counts(counts, V, 10));          // scalar path
+    check_encoder(B, T, 64, V, std::vector<int>((size_t)B * T, 50256));     // one run of 65536
+    check_encoder(B, T, 64, V, zipf_tokens((size_t)B * T, V, 11));
 }
 
 // ----------------------------------------------------------------------------
@@ -229,40 +257,72 @@ void check_layernorm(int N, int C) {
     expect_close(down(d_dinp), dinp, kReduce, "layernorm_backward dinp");
     expect_close(down(d_dw), dw, kReduce, "layernorm_backward dweight");
     expect_close(down(d_db), db, kReduce, "layernorm_backward dbias");
+    // determinism: the same inputs give the same bits
+    const std::vector<unsigned char> first[3] = {bytes(d_dinp), bytes(d_dw), bytes(d_db)};
+    Dev<X> d_dinp2 = up(random_vec(NC, -1, 1, 15)), d_dw2 = up(random_vec(C, -1, 1, 16)), d_db2 = up(random_vec(C, -1, 1, 17));
+    G::layernorm_backward(d_dinp2.p, d_dw2.p, d_db2.p, d_dout.p, d_res.p, d_w.p, d_mean.p, d_rstd.p, N, C);
+    EXPECT_TRUE(bytes(d_dinp2) == first[0]) << "layernorm_backward dinp is not deterministic";
+    EXPECT_TRUE(bytes(d_dw2) == first[1]) << "layernorm_backward dweight is not deterministic";
+    EXPECT_TRUE(bytes(d_db2) == first[2]) << "layernorm_backward dbias is not deterministic";
 }
 
 TEST_F(Cuda, LayerNorm) {
     check_layernorm(134, 96);
     check_layernorm(384, 768);
     check_layernorm(67, 100);  // C not a multiple of 8: scalar path
+    check_layernorm(4099, 1600);   // GPT-2 XL's channels
+    check_layernorm(16384, 768);   // many blocks of partial sums
 }
 
 // ----------------------------------------------------------------------------
 // matmul
 
-void check_matmul(int N, int C, int OC, bool with_bias) {
-    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias);
+// offset: the tensors start that many elements into their buffers (1: not 16-byte aligned, the
+// cuBLASLt plan for 2-byte alignment and the separate bias pass)
+void check_matmul(int N, int C, int OC, bool with_bias, int offset = 0) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias
+                                    << " offset=" << offset);
+    auto at = [&](const Dev<X>& d) { return d.p + offset; };
+    auto pad = [&](std::vector<float> v) {
+        v.insert(v.begin(), offset, 0.0f);
+        return v;
+    };
     std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 20), w = random_vec((size_t)OC * C, -0.1f, 0.1f, 21);
     std::vector<float> bias = random_vec(OC, -0.5f, 0.5f, 22);
-    Dev<X> d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_out((size_t)N * OC);
-    const X* bias_p = with_bias ? d_bias.p : nullptr;
-    G::matmul_forward(d_out.p, d_inp.p, d_w.p, bias_p, N, C, OC);
+    Dev<X> d_inp = up(pad(inp)), d_w = up(pad(w)), d_bias = up(pad(bias)), d_out((size_t)N * OC + offset);
+    const X* bias_p = with_bias ? at(d_bias) : nullptr;
+    G::matmul_forward(at(d_out), at(d_inp), at(d_w), bias_p, N, C, OC);
     std::vector<float> out((size_t)N * OC);
     CpuBackend::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C, OC);
-    expect_close(down(d_out), out, kReduce, "matmul_forward");
-
+    std::vector<float> got = down(d_out);
+    expect_close(std::vector<float>(got.begin() + offset, got.end()), out, kReduce, "matmul_forward");
     std::vector<float> dout = random_vec((size_t)N * OC, -1, 1, 23);
     std::vector<float> dinp = random_vec((size_t)N * C, -9, 9, 24);  // overwritten: garbage in
-    std::vector<float> dw = random_vec((size_t)OC * C, -1, 1, 25), db = random_vec(OC, -1, 1, 26);
-    Dev<X> d_dout = up(dout), d_dinp = up(dinp), d_dw = up(dw), d_db = up(db);
-    G::matmul_backward(d_dinp.p, d_dw.p, with_bias ? d_db.p : nullptr, d_dout.p, d_inp.p, d_w.p, N, C, OC);
-    CpuBackend::matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(),
-                                w.data(), N, C, OC);
-    expect_close(down(d_dinp), dinp, kReduce, "matmul_backward dinp");
-    expect_close(down(d_dw), dw, kReduce, "matmul_backward dweight");
-    expect_close(down(d_db), db, kReduce, "matmul_backward dbias");
+    std::vector<float> dw = random_vec((size_t)OC * C, -1, 1, 25);
+    Dev<X> d_dout = up(pad(dout));
+    // dbias_zeroed: dbias holds zeros and may be written (cuBLASLt's BGRADB in the candidate
+    // build); else added to
+    for (const bool zeroed : {false, true}) {
+        SCOPED_TRACE(zeroed ? "dbias zeroed" : "dbias accumulated");
+        std::vector<float> want_dinp = dinp, want_dw = dw;
+        std::vector<float> want_db = zeroed ? std::vector<float>(OC, 0.0f) : random_vec(OC, -1, 1, 26);
+        Dev<X> d_dinp = up(pad(dinp)), d_dw = up(pad(dw)), d_db = up(pad(want_db));
+        G::matmul_backward(at(d_dinp), at(d_dw), with_bias ? at(d_db) : nullptr, at(d_dout), at(d_inp), at(d_w), N, C, OC,
+                           zeroed);
+        CpuBackend::matmul_backward(want_dinp.data(), want_dw.data(), with_bias ? want_db.data() : nullptr, dout.data(),
+                                    inp.data(), w.data(), N, C, OC, zeroed);
+        std::vector<float> g_dinp = down(d_dinp), g_dw = down(d_dw), g_db = down(d_db);
+        expect_close(std::vector<float>(g_dinp.begin() + offset, g_dinp.end()), want_dinp, kReduce, "matmul_backward dinp");
+        expect_close(std::vector<float>(g_dw.begin() + offset, g_dw.end()), want_dw, kReduce, "matmul_backward dweight");
+        expect_close(std::vector<float>(g_db.begin() + offset, g_db.end()), want_db, kReduce, "matmul_backward dbias");
+        // determinism: the same inputs give the same bits
+        Dev<X> d_dinp2 = up(pad(dinp)), d_dw2 = up(pad(dw)), d_db2 = up(pad(zeroed ? std::vector<float>(OC, 0.0f) : random_vec(OC, -1, 1, 26)));
+        G::matmul_backward(at(d_dinp2), at(d_dw2), with_bias ? at(d_db2) : nullptr, at(d_dout), at(d_inp), at(d_w), N, C,
+                           OC, zeroed);
+        EXPECT_TRUE(bytes(d_dinp2) == bytes(d_dinp) && bytes(d_dw2) == bytes(d_dw) && bytes(d_db2) == bytes(d_db))
+            << "matmul_backward is not deterministic";
+    }
 }
-
 TEST_F(Cuda, Matmul) {
     check_matmul(134, 96, 288, true);
     check_matmul(134, 96, 128, false);   // the classifier: padded vocabulary, no bias
@@ -270,6 +330,120 @@ TEST_F(Cuda, Matmul) {
     check_matmul(384, 3072, 768, true);
     check_matmul(67, 40, 24, true);
     check_matmul(65535 * 128 + 3, 8, 8, true);  // more row chunks of the bias's column sums than gridDim.y holds
+    check_matmul(67, 40, 24, true, 1);   // tensors 2 bytes past 16-byte alignment: the bias in its own pass
+    check_matmul(67, 41, 27, true);      // rows of odd length: cuBLASLt told 2-byte alignment
+}
+
+// Training shapes, each checked on sampled rows and columns against double-precision dot
+// products on the host (a full CPU reference would take minutes): out and dinp on 48 rows,
+// dweight on 48 of its rows, dbias in full. dweight and dbias start from zero.
+void check_matmul_sampled(int N, int C, int OC, bool with_bias) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias);
+    std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 120), w = random_vec((size_t)OC * C, -0.1f, 0.1f, 121);
+    std::vector<float> bias = random_vec(OC, -0.5f, 0.5f, 122), dout = random_vec((size_t)N * OC, -1, 1, 123);
+    Dev<X> d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_out((size_t)N * OC), d_dout = up(dout);
+    Dev<X> d_dinp((size_t)N * C), d_dw((size_t)OC * C), d_db(OC);
+    G::matmul_forward(d_out.p, d_inp.p, d_w.p, with_bias ? d_bias.p : nullptr, N, C, OC);
+    G::matmul_backward(d_dinp.p, d_dw.p, with_bias ? d_db.p : nullptr, d_dout.p, d_inp.p, d_w.p, N, C, OC, true);
+    const std::vector<float> out = down(d_out), dinp = down(d_dinp), dw = down(d_dw), db = down(d_db);
+    std::vector<float> got[3], want[3];  // out, dinp, dweight samples
+    std::mt19937 rng(124);
+    for (int s = 0; s < 48; s++) {
+        const int r = (int)(rng() % N), o = (int)(rng() % OC), c = (int)(rng() % C);
+        for (int j = 0; j < OC; j += 97) {  // out[r, j]
+            double acc = with_bias ? bias[j] : 0.0;
+            for (int k = 0; k < C; k++) acc += (double)inp[(size_t)r * C + k] * w[(size_t)j * C + k];
+            got[0].push_back(out[(size_t)r * OC + j]);
+            want[0].push_back((float)acc);
+        }
+        for (int k = c % 7; k < C; k += 7) {  // dinp[r, k]
+            double acc = 0.0;
+            for (int j = 0; j < OC; j++) acc += (double)dout[(size_t)r * OC + j] * w[(size_t)j * C + k];
+            got[1].push_back(dinp[(size_t)r * C + k]);
+            want[1].push_back((float)acc);
+        }
+        for (int k = c % 61; k < C; k += 61) {  // dweight[o, k]
+            double acc = 0.0;
+            for (int i = 0; i < N; i++) acc += (double)dout[(size_t)i * OC + o] * inp[(size_t)i * C + k];
+            got[2].push_back(dw[(size_t)o * C + k]);
+            want[2].push_back((float)acc);
+        }
+    }
+    expect_close(got[0], want[0], kReduce, "matmul_forward (sampled)");
+    expect_close(got[1], want[1], kReduce, "matmul_backward dinp (sampled)");
+    expect_close(got[2], want[2], kReduce, "matmul_backward dweight (sampled)");
+    if (!with_bias) return;
+    std::vector<float> want_db(OC, 0.0f);
+    for (int j = 0; j < OC; j++) {
+        double acc = 0.0;
+        for (int i = 0; i < N; i++) acc += dout[(size_t)i * OC + j];
+        want_db[j] = (float)acc;
+    }
+    expect_close(db, want_db, kReduce, "matmul_backward dbias");
+}
+TEST_F(Cuda, MatmulTrainingShapes) {
+    check_matmul_sampled(8192, 768, 50304, false);  // the classifier at d12
+    check_matmul_sampled(8192, 1600, 4800, true);   // d48's qkv
+    check_matmul_sampled(8192, 1600, 6400, true);   // d48's fc
+    check_matmul_sampled(8192, 6400, 1600, true);   // d48's fc projection
+}
+
+// GELU in the matmuls (cuBLASLt's epilogues in the candidate bf16 build) against the separate
+// kernels they replace: matmul_gelu_forward against matmul_forward then gelu_forward, and
+// matmul_gelu_backward against matmul_backward then gelu_backward, dbias written over zeros and
+// added to; and both against the CPU.
+void check_matmul_gelu(int N, int C, int OC) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC);
+    std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 130), w = random_vec((size_t)OC * C, -0.2f, 0.2f, 131);
+    std::vector<float> bias = random_vec(OC, -0.5f, 0.5f, 132);
+    Dev<X> d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_pre((size_t)N * OC), d_gelu((size_t)N * OC);
+    G::matmul_gelu_forward(d_gelu.p, d_pre.p, d_inp.p, d_w.p, d_bias.p, N, C, OC);
+    Dev<X> s_pre((size_t)N * OC), s_gelu((size_t)N * OC);
+    G::matmul_forward(s_pre.p, d_inp.p, d_w.p, d_bias.p, N, C, OC);
+    G::gelu_forward(s_gelu.p, s_pre.p, (size_t)N * OC);
+    std::vector<float> pre((size_t)N * OC), gelu((size_t)N * OC);
+    CpuBackend::matmul_gelu_forward(gelu.data(), pre.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    expect_close(down(d_pre), down(s_pre), kReduce, "matmul_gelu_forward pre-GELU vs separate kernels");
+    expect_close(down(d_gelu), down(s_gelu), kReduce, "matmul_gelu_forward GELU vs separate kernels");
+    expect_close(down(d_pre), pre, kReduce, "matmul_gelu_forward pre-GELU vs CPU");
+    expect_close(down(d_gelu), gelu, kReduce, "matmul_gelu_forward GELU vs CPU");
+    Dev<X> d_gelu2((size_t)N * OC), d_pre2((size_t)N * OC);
+    G::matmul_gelu_forward(d_gelu2.p, d_pre2.p, d_inp.p, d_w.p, d_bias.p, N, C, OC);
+    EXPECT_TRUE(bytes(d_gelu2) == bytes(d_gelu) && bytes(d_pre2) == bytes(d_pre)) << "matmul_gelu_forward is not deterministic";
+
+    // the projection after the GELU: inp = gelu (N, OC), W2 (C, OC), dout (N, C)
+    const std::vector<float> act = down(d_gelu), pre_act = down(d_pre);
+    std::vector<float> w2 = random_vec((size_t)C * OC, -0.2f, 0.2f, 133), dout = random_vec((size_t)N * C, -1, 1, 134);
+    Dev<X> d_w2 = up(w2), d_dout = up(dout);
+    for (const bool zeroed : {true, false}) {
+        SCOPED_TRACE(zeroed ? "dbias zeroed" : "dbias accumulated");
+        std::vector<float> dw = random_vec((size_t)C * OC, -1, 1, 135);
+        std::vector<float> db = zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136);
+        Dev<X> f_dinp((size_t)N * OC), f_dw = up(dw), f_db = up(db), s_dinp((size_t)N * OC), s_dw = up(dw), s_db = up(db);
+        G::matmul_gelu_backward(f_dinp.p, f_dw.p, f_db.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed);
+        G::matmul_backward(s_dinp.p, s_dw.p, s_db.p, d_dout.p, d_gelu.p, d_w2.p, N, OC, C, false);
+        G::gelu_backward(s_dinp.p, d_pre.p, (size_t)N * OC);
+        expect_close(down(f_dinp), down(s_dinp), kReduce, "matmul_gelu_backward dinp vs separate kernels");
+        expect_close(down(f_dw), down(s_dw), kReduce, "matmul_gelu_backward dweight vs separate kernels");
+        expect_close(down(f_db), down(s_db), kReduce, "matmul_gelu_backward dbias vs separate kernels");
+        std::vector<float> dinp((size_t)N * OC);
+        CpuBackend::matmul_gelu_backward(dinp.data(), dw.data(), db.data(), dout.data(), act.data(), pre_act.data(),
+                                         w2.data(), N, OC, C, zeroed);
+        expect_close(down(f_dinp), dinp, kReduce, "matmul_gelu_backward dinp vs CPU");
+        expect_close(down(f_dw), dw, kReduce, "matmul_gelu_backward dweight vs CPU");
+        expect_close(down(f_db), db, kReduce, "matmul_gelu_backward dbias vs CPU");
+        Dev<X> f_dinp2((size_t)N * OC), f_dw2 = up(random_vec((size_t)C * OC, -1, 1, 135));
+        Dev<X> f_db2 = up(zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136));
+        G::matmul_gelu_backward(f_dinp2.p, f_dw2.p, f_db2.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed);
+        EXPECT_TRUE(bytes(f_dinp2) == bytes(f_dinp) && bytes(f_dw2) == bytes(f_dw) && bytes(f_db2) == bytes(f_db))
+            << "matmul_gelu_backward is not deterministic";
+    }
+}
+TEST_F(Cuda, MatmulGelu) {
+    check_matmul_gelu(134, 96, 384);
+    check_matmul_gelu(1024, 768, 3072);
+    check_matmul_gelu(67, 40, 160);
+    check_matmul_gelu(67, 20, 84);  // rows of 84: not 16-byte multiples, the separate kernels
 }
 
 // ----------------------------------------------------------------------------
@@ -417,21 +591,24 @@ TEST_F(Cuda, Elementwise) {
 // ----------------------------------------------------------------------------
 // classifier
 
+// The padding columns V..Vp-1 hold NaN: a kernel that read them would spread it to the loss.
 void check_classifier(int N, int V, int Vp) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " Vp=" << Vp);
     std::vector<float> logits = random_vec((size_t)N * Vp, -4, 4, 50);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = NAN;
     std::vector<int> targets = random_ints(N, V, 51);
+    targets[0] = V - 1;  // the last real column, next to the padding
     Dev<X> d_logits = up(logits);
     Dev<int> d_targets = up_raw(targets);
     Dev<float> d_losses(N);
     std::vector<float> losses(N), want = logits;
-
     // inference: losses only, logits untouched
+    const std::vector<unsigned char> before = bytes(d_logits);
     G::fused_classifier(d_logits.p, d_losses.p, d_targets.p, 0.0f, N, V, Vp);
     CpuBackend::fused_classifier(want.data(), losses.data(), targets.data(), 0.0f, N, V, Vp);
     expect_close(down(d_losses), losses, {1e-5f, 2e-5f}, "fused_classifier losses (dloss 0)");
-    EXPECT_EQ(down(d_logits), logits) << "fused_classifier with dloss 0 must keep the logits";
-
+    EXPECT_TRUE(bytes(d_logits) == before) << "fused_classifier with dloss 0 must keep the logits";
     const float dloss = 1.0f / N;
     G::fused_classifier(d_logits.p, d_losses.p, d_targets.p, dloss, N, V, Vp);
     CpuBackend::fused_classifier(want.data(), losses.data(), targets.data(), dloss, N, V, Vp);
@@ -440,11 +617,37 @@ void check_classifier(int N, int V, int Vp) {
     expect_close(got, want, kSoftmax, "fused_classifier dlogits");
     for (int i = 0; i < N; i++)
         for (int j = V; j < Vp; j++) ASSERT_EQ(got[(size_t)i * Vp + j], 0.0f) << "padding column " << j << " not zeroed";
+    // determinism: the same inputs give the same bits
+    Dev<X> d_logits2 = up(logits);
+    Dev<float> d_losses2(N);
+    G::fused_classifier(d_logits2.p, d_losses2.p, d_targets.p, dloss, N, V, Vp);
+    EXPECT_TRUE(bytes(d_logits2) == bytes(d_logits)) << "fused_classifier dlogits are not deterministic";
+    EXPECT_EQ(down(d_losses2), down(d_losses)) << "fused_classifier losses are not deterministic";
 }
-
 TEST_F(Cuda, Classifier) {
     check_classifier(134, 101, 128);
     check_classifier(16, 50257, 50304);
+    check_classifier(1024, 50257, 50304);  // GPT-2's vocabulary over many rows
+    check_classifier(3, 100001, 100008);   // 200 KB of bf16 (held in shared memory), 400 KB of fp32 (read twice)
+    check_classifier(5, 1000, 1003);       // Vp not a multiple of 8: the kernel that reads the row twice
+}
+
+// *acc += mean of the losses, on the device, against the CPU's double sum; more losses than
+// the kernel's 1024 threads
+TEST_F(Cuda, MeanLossAdd) {
+    for (int N : {1, 1000, 65536 + 7}) {
+        SCOPED_TRACE(testing::Message() << "N=" << N);
+        std::vector<float> losses = random_vec(N, 0, 11, 140);
+        Dev<float> d_losses = up_raw(losses);
+        Dev<double> d_acc = up_raw(std::vector<double>{0.25});
+        double want = 0.25;
+        G::mean_loss_add(d_acc.p, d_losses.p, N);
+        CpuBackend::mean_loss_add(&want, losses.data(), N);
+        double got = 0.0;
+        G::to_host(&got, d_acc.p, sizeof(double));
+        worst_error().note(std::fabs(got - want), 1e-6 * std::fabs(want), "mean_loss_add");
+        EXPECT_NEAR(got, want, 1e-6 * std::fabs(want));
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -622,22 +825,33 @@ TEST_F(Cuda, GradNormSquared) {
 // ----------------------------------------------------------------------------
 // a small GPT-2, a few optimizer steps on both backends (stage 0, one rank)
 
+// accum micro-batches a step (as -d makes them: gradients added up over them, so only the first
+// backward finds them zero); offload: the optimizer on the host (--offload cpu)
+struct TrainOptions {
+    int recompute = 0;
+    int accum = 1;
+    bool offload = false;
+};
 template <class Backend>
 std::vector<float> train_steps(const GPT2Config& mc, const std::vector<float>& init, const std::vector<int>& tokens,
-                               int B, int T, int steps, int recompute, std::vector<float>* norms) {
+                               int B, int T, int steps, TrainOptions opt, std::vector<float>* norms) {
     SingleComm comm(Backend::copy);
-    Zero<Backend> zero(0, param_groups(mc), comm);
+    Zero<Backend> zero(0, param_groups(mc), comm, ZeroOptions{true, opt.offload});
     zero.load(init.data());
-    GPT2<Backend> model(mc, B, T, recompute, zero);
+    GPT2<Backend> model(mc, B, T, opt.recompute, zero);
     LossSum<Backend> loss;
     std::vector<float> losses;
     const AdamHyper hyper{0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < steps; s++) {
         zero.zero_grads();
-        model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
-        loss.add_batch_mean(model.device_losses(), B * T);
-        losses.push_back((float)loss.take());
-        model.backward(B, T);
+        for (int micro = 0; micro < opt.accum; micro++) {
+            const int* in = tokens.data() + (size_t)micro * B * T;
+            model.forward(in, in + 1, B, T, 1.0f / (B * T * opt.accum));
+            loss.add_batch_mean(model.device_losses(), B * T);
+            zero.reduce_during_backward(micro == opt.accum - 1);
+            model.backward(B, T);
+        }
+        losses.push_back((float)(loss.take() / opt.accum));
         norms->push_back(zero.step(1e-3f, hyper, 1.0f, s + 1, 42u + s));
     }
     return losses;
@@ -646,18 +860,49 @@ std::vector<float> train_steps(const GPT2Config& mc, const std::vector<float>& i
 TEST_F(Cuda, ModelMatchesCpu) {
     GPT2Config mc;
     ASSERT_TRUE(config_from_descriptor("L=2,NH=3,C=96,V=101,maxT=80", &mc));
-    const int B = 2, T = 67, steps = 4;
+    const int B = 2, T = 67, steps = 4, accum = 3;
     std::vector<float> init = random_init(mc, 5);
     for (float& x : init) x = round_x(x);  // both backends start from the same numbers
-    std::vector<int> tokens = random_ints((size_t)B * T + 1, mc.vocab_size, 90);
-    std::vector<float> cpu_norms, gpu_norms, gpu_norms_recompute;
-    std::vector<float> cpu_loss = train_steps<CpuBackend>(mc, init, tokens, B, T, steps, 0, &cpu_norms);
-    std::vector<float> gpu_loss = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, 0, &gpu_norms);
+    std::vector<int> tokens = random_ints((size_t)B * T * accum + 1, mc.vocab_size, 90);
+    std::vector<float> cpu_norms, gpu_norms, gpu_norms_r1, gpu_norms_r2;
+    std::vector<float> cpu_loss = train_steps<CpuBackend>(mc, init, tokens, B, T, steps, {}, &cpu_norms);
+    std::vector<float> gpu_loss = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {}, &gpu_norms);
     expect_close(gpu_loss, cpu_loss, kModel, "model losses");
     expect_close(gpu_norms, cpu_norms, {kModel.atol * 3, kModel.rtol * 3}, "model gradient norms");
+    // gradients added up over micro-batches (the first backward writes biases, the others add)
+    std::vector<float> cpu_norms_acc, gpu_norms_acc;
+    std::vector<float> cpu_loss_acc = train_steps<CpuBackend>(mc, init, tokens, B, T, steps, {0, accum}, &cpu_norms_acc);
+    std::vector<float> gpu_loss_acc = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {0, accum}, &gpu_norms_acc);
+    expect_close(gpu_loss_acc, cpu_loss_acc, kModel, "model losses, 3 micro-batches a step");
+    expect_close(gpu_norms_acc, cpu_norms_acc, {kModel.atol * 3, kModel.rtol * 3}, "model gradient norms, 3 micro-batches a step");
     // recomputation changes memory, not results
-    std::vector<float> gpu_loss_rc = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, 2, &gpu_norms_recompute);
-    EXPECT_EQ(gpu_loss_rc, gpu_loss) << "recompute=2 changed the losses";
+    std::vector<float> gpu_loss_r1 = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {1}, &gpu_norms_r1);
+    std::vector<float> gpu_loss_r2 = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {2}, &gpu_norms_r2);
+    EXPECT_EQ(gpu_loss_r2, gpu_loss_r1) << "recompute=2 changed the losses of recompute=1";
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+    // GELU in the matmul's epilogue takes GELU of the fp32 product, the recomputation GELU of
+    // the stored bf16 one: -r 0 and -r 1 differ by that rounding from the first backward on
+    EXPECT_EQ(gpu_loss_r1[0], gpu_loss[0]) << "recompute=1 changed the forward";
+    expect_close(gpu_loss_r1, gpu_loss, kModel, "model losses, recompute=1 against recompute=0");
+#else
+    EXPECT_EQ(gpu_loss_r1, gpu_loss) << "recompute=1 changed the losses";
+#endif
+}
+
+// ZeRO-Offload on one rank without MPI: AdamW on the host's cores against the GPU's, the same
+// losses and gradient norms up to the few parameters the two round differently
+TEST_F(Cuda, OffloadMatchesNoOffload) {
+    GPT2Config mc;
+    ASSERT_TRUE(config_from_descriptor("L=2,NH=3,C=96,V=101,maxT=80", &mc));
+    const int B = 2, T = 67, steps = 5;
+    std::vector<float> init = random_init(mc, 6);
+    std::vector<int> tokens = random_ints((size_t)B * T * 2 + 1, mc.vocab_size, 92);
+    std::vector<float> norms, norms_offload;
+    std::vector<float> loss = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {1, 2, false}, &norms);
+    std::vector<float> loss_offload = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {1, 2, true}, &norms_offload);
+    EXPECT_EQ(loss_offload[0], loss[0]) << "the first step's loss comes before any update";
+    expect_close(loss_offload, loss, {1e-3f, 1e-3f}, "losses with --offload cpu against without");
+    expect_close(norms_offload, norms, {1e-3f, 1e-3f}, "gradient norms with --offload cpu against without");
 }
 
 // Kernel launches per training step (kernels and library calls, as check_launch counts them),
@@ -665,6 +910,18 @@ TEST_F(Cuda, ModelMatchesCpu) {
 // softmax-loss, loss sum); backward 26 per layer + 9 (2 per matmul, +2 for a bias's column
 // sums; 3 per layernorm; attention 3, GELU 1; classifier matmul 2, final layernorm 3, encoder 4);
 // optimizer 2 (one norm, one AdamW launch). At d12: 35 * 12 + 16 = 436.
+// The candidate build: layernorm backward 2 (one pass, then the partial sums' finish), encoder 5
+// (the wte backward in 2); in bf16 also GELU inside the fc matmul (forward 8 per layer), DGELU
+// inside the projection's dinp matmul and, gradients being zero in this one-micro-batch step,
+// each bias gradient inside its dweight matmul (backward 15 per layer): 23 * 12 + 16 = 292 at
+// d12; in fp32, 9 + 24 per layer: 33 * 12 + 16 = 412.
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+constexpr int kLaunchesPerLayer = 23;
+#elif defined(KERNELS_CANDIDATE)
+constexpr int kLaunchesPerLayer = 33;
+#else
+constexpr int kLaunchesPerLayer = 35;
+#endif
 TEST_F(Cuda, LaunchesPerStep) {
     GPT2Config mc;
     ASSERT_TRUE(config_from_descriptor("L=2,NH=3,C=96,V=101,maxT=80", &mc));
@@ -689,7 +946,7 @@ TEST_F(Cuda, LaunchesPerStep) {
             loss.take();
             launches[s] = CudaBackend::launches() - before;
         }
-        EXPECT_EQ(launches[1], (uint64_t)(35 * mc.num_layers + 16 - offload)) << (offload ? "offloaded" : "");
+        EXPECT_EQ(launches[1], (uint64_t)(kLaunchesPerLayer * mc.num_layers + 16 - offload)) << (offload ? "offloaded" : "");
         EXPECT_EQ(launches[0], launches[1]);
     }
 }

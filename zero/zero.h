@@ -110,6 +110,7 @@ public:
         }
         norm_acc_ = alloc<float>(1, &memory_.comm);
         reduced_.assign(plan_.num_groups(), 0);
+        zeroed_.assign(plan_.num_groups(), 1);
         shard_host_ = plan_.shard_table(rank_, stage_ <= 2, stage_ <= 1);
         ShardTensor* device_table = alloc<ShardTensor>(shard_host_.size(), &memory_.comm);
         Backend::from_host(device_table, shard_host_.data(), shard_host_.size() * sizeof(ShardTensor));
@@ -263,12 +264,19 @@ public:
         if (bucket_group_[s] != g) {
             Backend::zero(bucket_[s], group.size * sizeof(floatX));
             bucket_group_[s] = g;
+            zeroed_[g] = 1;
         }
         return tensors_at(bucket_[s], group, group_offset);
     }
+    // Group g's gradients held zeros when grads(g) handed them out in this backward: no backward
+    // has finished with them (grads_done) since zero_grads() or, at stages 2-3, since this
+    // micro-step's bucket was zeroed. A gradient that gets one addition a backward (a bias) may
+    // then be written instead of added to.
+    bool grads_zeroed(int g) const { return zeroed_[g] != 0; }
     // group g's backward is done: its reduction may start (see the stage table above)
     void grads_done(int g) {
         comm_.note(Communicator::Event::GradsDone, g);
+        zeroed_[g] = 0;
         if (stage_ >= 2 || reduce_in_backward_) reduce_group(g);
         if (stage_ >= 2) bucket_group_[slot_of(g)] = -1;
     }
@@ -279,6 +287,7 @@ public:
         if (stage_ <= 1) Backend::zero(grads_full_, plan_.total() * sizeof(floatX));
         else Backend::zero(grad_shard_, plan_.shard_size() * sizeof(floatX));
         std::fill(reduced_.begin(), reduced_.end(), 0);
+        std::fill(zeroed_.begin(), zeroed_.end(), 1);
         reduce_in_backward_ = false;
     }
     // before each backward: true for the last of the step, whose gradients are then complete
@@ -580,6 +589,7 @@ private:
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
     std::vector<char> reduced_;  // per group: its reduction of this step has started (stages 0-1)
+    std::vector<char> zeroed_;   // per group: no grads_done since its gradients were zeroed
     bool reduce_in_backward_ = false;
     InFlight gather_[kSlots], reduce_[kSlots];  // each slot's collective under way, if any
     int prefetch_misses_ = 0;

@@ -2,6 +2,10 @@
 // in place by dlogits = (softmax - onehot(target)) * dloss, so no second vocabulary-sized buffer
 // exists; padding columns V..Vp-1 get zero. losses are fp32 per row. dloss == 0 (inference)
 // keeps the logits.
+// The candidate build holds each row in shared memory (GPT-2's 50304 logits: 100 KB in bf16, two
+// rows an SM; 201 KB in fp32): one 16-byte read and one 16-byte write of each logit, the padding
+// columns only written; a row wider than a block's shared memory takes the kernel that reads it
+// twice.
 #pragma once
 #include "common.cuh"
 
@@ -38,11 +42,79 @@ __global__ void __launch_bounds__(kClassifierBlock)
     }
 }
 
+#ifdef KERNELS_CANDIDATE
+constexpr int kClassifierRowBlock = 1024;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// One block a row, whose real logits go to shared memory with 16-byte loads (the group of
+// x128::size that V cuts element by element; padding is never read); max, sum and dlogits read
+// them there, and dlogits leave with 16-byte stores. Vp % x128::size == 0, logits aligned.
+__global__ void __launch_bounds__(kClassifierRowBlock, 2)
+    classifier_row_kernel(floatX* logits, float* losses, const int* targets, float dloss, int V, int Vp) {
+    constexpr int S = x128::size;
+    extern __shared__ int4 row_shared[];  // int4: 16-byte aligned
+    floatX* cached = (floatX*)row_shared;
+    floatX* row = logits + (size_t)blockIdx.x * Vp;
+    const int target = targets[blockIdx.x], groups = Vp / S;
+    float mx = -INFINITY;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int j = g * S;
+        x128 v;
+        if (j + S <= V) {
+            v = load128(row + j);
+        } else {
+            for (int k = 0; k < S; k++) v[k] = j + k < V ? row[j + k] : (floatX)-INFINITY;
+        }
+        store128(cached + j, v);
+        for (int k = 0; k < S; k++) mx = fmaxf(mx, (float)v[k]);
+    }
+    const float row_max = block_max(mx);  // its __syncthreads also publish the cached row
+    const float scaled_max = row_max * kLog2e;
+    float sum = 0.0f;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const x128 v = load128(cached + g * S);
+        for (int k = 0; k < S; k++) sum += exp2f(fmaf((float)v[k], kLog2e, -scaled_max));  // padding: exp(-inf) = 0
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + row_max - (float)cached[target];
+    if (dloss == 0.0f) return;
+    const float scale = dloss / sum;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int j = g * S;
+        const x128 v = load128(cached + j);
+        x128 d;
+        for (int k = 0; k < S; k++) {
+            const float p = exp2f(fmaf((float)v[k], kLog2e, -scaled_max)) * scale;
+            d[k] = (floatX)(j + k < V ? p - (j + k == target ? dloss : 0.0f) : 0.0f);
+        }
+        store128(row + j, d);
+    }
+}
+
+inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp) {
+    if (N == 0) return;
+    const size_t smem = (size_t)Vp * sizeof(floatX);
+    // room left for block_max's and block_sum's static shared memory
+    if (Vp % x128::size == 0 && aligned16(logits) && smem + 1024 <= ctx().max_smem_optin) {
+        static size_t opted_in = 48 << 10;  // a row beyond the default 48 KiB must be asked for
+        if (smem > opted_in) {
+            CUDA_CHECK(cudaFuncSetAttribute(classifier_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            opted_in = smem;
+        }
+        classifier_row_kernel<<<N, kClassifierRowBlock, smem, stream()>>>(logits, losses, targets, dloss, V, Vp);
+    } else {
+        fused_classifier_kernel<<<N, kClassifierBlock, 0, stream()>>>(logits, losses, targets, dloss, V, Vp);
+    }
+    check_launch();
+}
+#else
 inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp) {
     if (N == 0) return;
     fused_classifier_kernel<<<N, kClassifierBlock, 0, stream()>>>(logits, losses, targets, dloss, V, Vp);
     check_launch();
 }
+
+#endif
 
 // *acc += the mean of losses[0..N) rounded to float, as the CPU's mean_loss_add: one block
 // adds in a fixed order, so the loss stays on the device until the step reads it once

@@ -2,9 +2,12 @@
 //
 // Backward without float atomics, so every run gives the same bits: the positions are sorted
 // by token id (CUB's radix sort is stable and deterministic), and each run of equal tokens is
-// summed by one thread block in increasing position order before it is added to its wte row.
-// dwpe[t] sums over b in order, one thread per (t, c).
+// summed in increasing position order before it is added to its wte row. The candidate build
+// cuts the sorted positions into fixed segments, one block each, so a long run (real text repeats
+// a few tokens very often) is summed by many blocks, and adds a run's pieces in segment order;
+// the default build sums each run in one block. dwpe[t] sums over b in order, one thread per (t, c).
 #pragma once
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
@@ -47,6 +50,86 @@ __global__ void iota_kernel(int* x, int n) {
     if (i < n) x[i] = i;
 }
 
+#ifdef KERNELS_CANDIDATE
+constexpr int kEncoderSegment = 64;    // sorted positions a block of the segment kernel sums
+constexpr int kEncoderPieceGroups = 8;  // thread rows that share a long run's pieces
+
+// grid (segments, channel blocks), one thread per S channels (S = x128::size when VEC, else 1).
+// Block s sums dout's rows, in sorted order, for each run of equal tokens within positions
+// [s * G, (s + 1) * G). A run that starts and ends there is added to its wte row at once; a piece
+// of a run that crosses the segment's edge goes to pieces[s][0] (the segment's first run, begun
+// before it) or pieces[s][1] (its last, continuing after it), for encoder_backward_runs_kernel.
+template <bool VEC>
+__global__ void encoder_backward_segments_kernel(floatX* dwte, float* pieces, const floatX* dout,
+                                                 const int* sorted_tokens, const int* sorted_pos, int BT, int C) {
+    constexpr int S = VEC ? x128::size : 1;
+    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * S;
+    if (c >= C) return;
+    const int begin = blockIdx.x * kEncoderSegment, end = min(BT, begin + kEncoderSegment);
+    float acc[S] = {};
+    int run_start = begin;
+    for (int i = begin; i < end; i++) {
+        const int tok = sorted_tokens[i];
+        const floatX* src = dout + (size_t)sorted_pos[i] * C + c;
+        if (VEC) {
+            x128 v = load128(src);
+            for (int k = 0; k < S; k++) acc[k] += (float)v[k];
+        } else {
+            acc[0] += (float)src[0];
+        }
+        const bool run_ends = i + 1 == BT || sorted_tokens[i + 1] != tok;
+        if (!run_ends && i + 1 < end) continue;
+        const bool begun_before = run_start == begin && begin > 0 && sorted_tokens[begin - 1] == tok;
+        if (run_ends && !begun_before) {
+            floatX* d = dwte + (size_t)tok * C + c;
+            if (VEC) {
+                x128 o = load128(d);
+                for (int k = 0; k < S; k++) o[k] = (floatX)((float)o[k] + acc[k]);
+                store128(d, o);
+            } else {
+                d[0] = (floatX)((float)d[0] + acc[0]);
+            }
+        } else {
+            float* p = pieces + ((size_t)blockIdx.x * 2 + (begun_before ? 0 : 1)) * C + c;
+            for (int k = 0; k < S; k++) p[k] = acc[k];
+        }
+        for (int k = 0; k < S; k++) acc[k] = 0.0f;
+        run_start = i + 1;
+    }
+}
+
+// grid (segments, ceil(C / 32)), block (32, kEncoderPieceGroups). Block s owns the run that
+// starts in segment s and continues past it: it adds the run's pieces (segment s's last, then the
+// first of each later segment the run reaches) to the token's wte row, thread row y summing
+// pieces y, y + 8, ..., and row 0 adding the rows' sums in order.
+__global__ void encoder_backward_runs_kernel(floatX* dwte, const float* pieces, const int* sorted_tokens, int BT, int C) {
+    const int seg = blockIdx.x, begin = seg * kEncoderSegment, end = begin + kEncoderSegment;
+    if (end >= BT) return;
+    const int tok = sorted_tokens[end - 1];
+    if (sorted_tokens[end] != tok) return;                                                  // ends here
+    if (begin > 0 && sorted_tokens[begin] == tok && sorted_tokens[begin - 1] == tok) return;  // begun before
+    // the last segment the run reaches: segments start with tok up to there (binary search)
+    int lo = seg + 1, hi = (BT - 1) / kEncoderSegment;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (sorted_tokens[mid * kEncoderSegment] == tok) lo = mid;
+        else hi = mid - 1;
+    }
+    const int npieces = lo - seg + 1;
+    const int c = blockIdx.y * kWarp + threadIdx.x;
+    __shared__ float sums[kEncoderPieceGroups][kWarp];
+    float acc = 0.0f;
+    if (c < C)
+        for (int p = threadIdx.y; p < npieces; p += kEncoderPieceGroups)
+            acc += pieces[((size_t)(seg + p) * 2 + (p == 0 ? 1 : 0)) * C + c];
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    for (int y = 1; y < kEncoderPieceGroups; y++) acc += sums[y][threadIdx.x];
+    floatX* d = dwte + (size_t)tok * C + c;
+    *d = (floatX)((float)*d + acc);
+}
+#else
 // grid (BT, channel blocks). Block i does work only when sorted position i starts a run of
 // equal tokens; it then owns that token's wte row (for its channels), so no two blocks write
 // the same element.
@@ -61,6 +144,8 @@ __global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, co
     *d = (floatX)((float)*d + sum);
 }
 
+#endif
+
 __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)T * C) return;
@@ -69,29 +154,62 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, in
     dwpe[idx] = (floatX)((float)dwpe[idx] + sum);
 }
 
+#ifdef KERNELS_CANDIDATE
+inline void encoder_backward_wte(floatX* dwte, float* pieces, const floatX* dout, const int* sorted_tokens,
+                                 const int* sorted_pos, int BT, int C) {
+    const int segments = ceil_div(BT, kEncoderSegment);
+    if (C % x128::size == 0 && aligned16(dwte) && aligned16(dout)) {
+        const int groups = C / x128::size, block = std::min(groups, 128);
+        encoder_backward_segments_kernel<true><<<dim3(segments, ceil_div(groups, block)), block, 0, stream()>>>(
+            dwte, pieces, dout, sorted_tokens, sorted_pos, BT, C);
+    } else {
+        const int block = std::min(C, 128);
+        encoder_backward_segments_kernel<false><<<dim3(segments, ceil_div(C, block)), block, 0, stream()>>>(
+            dwte, pieces, dout, sorted_tokens, sorted_pos, BT, C);
+    }
+    check_launch();
+    encoder_backward_runs_kernel<<<dim3(segments, ceil_div(C, kWarp)), dim3(kWarp, kEncoderPieceGroups), 0, stream()>>>(
+        dwte, pieces, sorted_tokens, BT, C);
+    check_launch();
+}
+// bytes of encoder_backward_wte's pieces: two C-vectors of floats a segment
+inline size_t encoder_backward_pieces_bytes(int BT, int C) {
+    return (size_t)ceil_div(BT, kEncoderSegment) * 2 * C * sizeof(float);
+}
+#else
+inline void encoder_backward_wte(floatX* dwte, float*, const floatX* dout, const int* sorted_tokens,
+                                 const int* sorted_pos, int BT, int C) {
+    const int block = C < 256 ? (C + 31) / 32 * 32 : 256;
+    encoder_backward_wte_kernel<<<dim3(BT, ceil_div(C, block)), block, 0, stream()>>>(dwte, dout, sorted_tokens,
+                                                                                    sorted_pos, BT, C);
+    check_launch();
+}
+inline size_t encoder_backward_pieces_bytes(int, int) { return 0; }
+#endif
+
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
                              int B, int T, int C) {
     const int BT = B * T;
     if (BT == 0 || C == 0) return;
-    // scratch: positions, sorted tokens, sorted positions, then CUB's temporary storage
+    // scratch: positions, sorted tokens, sorted positions, CUB's temporary storage, then the
+    // wte backward's pieces of long runs
     size_t temp_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int*)nullptr, (int*)nullptr,
                                                (const int*)nullptr, (int*)nullptr, BT, 0, 31, stream()));
     const size_t ints = ((size_t)3 * BT + 63) / 64 * 64;
-    int* pos = (int*)scratch(ints * sizeof(int) + temp_bytes);
+    const size_t temp_padded = (temp_bytes + 255) / 256 * 256;
+    int* pos = (int*)scratch(ints * sizeof(int) + temp_padded + encoder_backward_pieces_bytes(BT, C));
     int* sorted_tokens = pos + BT;
     int* sorted_pos = pos + 2 * BT;
     void* temp = pos + ints;
+    float* pieces = (float*)((char*)temp + temp_padded);
     iota_kernel<<<ceil_div(BT, 256), 256, 0, stream()>>>(pos, BT);
     check_launch();
     // token ids are non-negative ints: bits 0..30 order them
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, pos, sorted_pos, BT,
                                                0, 31, stream()));
     check_launch();  // one count for CUB's few kernels
-    const int block = C < 256 ? (C + 31) / 32 * 32 : 256;
-    encoder_backward_wte_kernel<<<dim3(BT, ceil_div(C, block)), block, 0, stream()>>>(dwte, dout, sorted_tokens,
-                                                                                    sorted_pos, BT, C);
-    check_launch();
+    encoder_backward_wte(dwte, pieces, dout, sorted_tokens, sorted_pos, BT, C);
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);
     check_launch();
 }

@@ -3,7 +3,11 @@
 // out^T (OC, N) = W^T' (OC, C) @ inp^T (C, N) where W^T' reads the stored W transposed.
 // Forward adds the bias in the GEMM epilogue (no second pass over out). Backward: dinp is
 // overwritten, dweight accumulates through beta = 1, and dbias += uses the deterministic column
-// sums (cuBLASLt's BGRAD epilogues overwrite instead of adding, and are picky about layouts).
+// sums (cuBLASLt's BGRADB epilogue writes instead of adding). The candidate bf16 build also puts
+// GELU in the epilogues (GELU_AUX_BIAS forward: the pre-GELU output and its GELU from one GEMM;
+// DGELU backward: dinp times GELU' of the pre-GELU input), and takes dbias from BGRADB inside the
+// dweight GEMM where dbias still holds zeros; wherever cuBLASLt has no algorithm for an epilogue
+// (or a pointer is not 16-byte aligned) the separate kernels run instead, as in the fp32 build.
 // Compute is fp32 in both builds; the fp32 build gets no TF32, so it matches the CPU closely.
 #pragma once
 #include <initializer_list>
@@ -12,6 +16,7 @@
 
 #include "column_sum.cuh"
 #include "common.cuh"
+#include "gelu.cuh"
 
 namespace gpu {
 
@@ -27,21 +32,32 @@ inline uint32_t gemm_alignment(int lda, int ldb, int ldd, std::initializer_list<
     return 16;
 }
 
-// A matmul's cuBLASLt descriptors and chosen algorithm, made once per shape: creating them and
-// asking the heuristic costs more than a small GEMM.
+// A matmul's cuBLASLt descriptors and chosen algorithm, made once per shape and epilogue:
+// creating them and asking the heuristic costs more than a small GEMM.
 struct GemmKey {
     int m, n, k, lda, ldb, ldd;
-    bool trans_a, trans_b, bias;
+    bool trans_a, trans_b;
+    cublasLtEpilogue_t epilogue;
     uint32_t align;
     bool operator<(const GemmKey& o) const {
-        return std::tie(m, n, k, lda, ldb, ldd, trans_a, trans_b, bias, align) <
-               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.trans_a, o.trans_b, o.bias, o.align);
+        return std::tie(m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue, align) <
+               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.trans_a, o.trans_b, o.epilogue, o.align);
     }
 };
 struct GemmPlan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    bool found;  // the heuristic had an algorithm (always, for the plain and bias epilogues)
+};
+
+// What the GEMM does after the product: DEFAULT nothing; BIAS adds bias per row of D;
+// GELU_AUX_BIAS writes aux = D + bias and D = gelu(aux); DGELU multiplies D by gelu'(aux);
+// BGRADB writes bias = the sums of op(B) over k (the column sums of dout in dweight's GEMM).
+struct GemmEpilogue {
+    cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+    const void* aux = nullptr;  // m x n like D, leading dimension m
 };
 
 inline GemmPlan make_gemm_plan(const GemmKey& key) {
@@ -51,9 +67,11 @@ inline GemmPlan make_gemm_plan(const GemmKey& key) {
     cublasOperation_t opa = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    if (key.bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue, sizeof(key.epilogue)));
+    if (key.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || key.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+        const int64_t aux_ld = key.m;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
     // stored shapes: A is (k, m) when transposed else (m, k); likewise B
     const int m = key.m, n = key.n, k = key.k;
@@ -72,29 +90,37 @@ inline GemmPlan make_gemm_plan(const GemmKey& key) {
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c.lt, g.desc, g.la, g.lb, g.ld, g.ld, pref, 1, &heur, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0)
-        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d bias=%d", m, n, k, (int)key.trans_a,
-              (int)key.trans_b, (int)key.bias);
-    g.algo = heur.algo;
+    const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_BIAS;
+    if (found == 0 && !optional)
+        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d", m, n, k, (int)key.trans_a,
+              (int)key.trans_b, (int)key.epilogue);
+    g.found = found > 0;
+    if (g.found) g.algo = heur.algo;
     return g;
 }
 
-// column-major D (m, n) = alpha op(A) op(B) + beta D (+ bias[m] per row when bias != null)
-inline void gemm_lt(floatX* d, const floatX* a, const floatX* b, const floatX* bias, int m, int n, int k,
-                    bool trans_a, bool trans_b, int lda, int ldb, int ldd, float beta) {
+// column-major D (m, n) = alpha op(A) op(B) + beta D, then the epilogue. Returns false, having
+// queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT and BIAS.
+inline bool gemm_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
+                    int lda, int ldb, int ldd, float beta, const GemmEpilogue& epilogue = {}) {
     // kept for the process's life, like the cuBLASLt handle they belong to
     static std::map<GemmKey, GemmPlan> plans;
-    const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, bias != nullptr, gemm_alignment(lda, ldb, ldd, {a, b, d})};
+    const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue.kind, gemm_alignment(lda, ldb, ldd, {a, b, d})};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_gemm_plan(key)).first;
     GemmPlan& g = it->second;
-    if (bias != nullptr)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (!g.found) return false;
+    if (epilogue.bias != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias, sizeof(epilogue.bias)));
+    if (epilogue.aux != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux,
+                                                    sizeof(epilogue.aux)));
     Context& c = ctx();
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(c.lt, g.desc, &alpha, a, g.la, b, g.lb, &beta, d, g.ld, d, g.ld, &g.algo,
                                 c.lt_workspace, c.lt_workspace_size, c.stream));
     check_launch();
+    return true;
 }
 
 // adds bias[j] to column j of the row-major (N, OC) matrix out
@@ -111,7 +137,8 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* w, cons
     // so only an odd C lands here, and then the bias goes in its own pass
     const bool epilogue = bias != nullptr && aligned16(bias);
     // column-major: out^T (OC, N) = (W stored (C, OC))^T @ (inp stored (C, N))
-    gemm_lt(out, w, inp, epilogue ? bias : nullptr, OC, N, C, true, false, C, C, OC, 0.0f);
+    gemm_lt(out, w, inp, OC, N, C, true, false, C, C, OC, 0.0f,
+            epilogue ? GemmEpilogue{CUBLASLT_EPILOGUE_BIAS, bias} : GemmEpilogue{});
     if (bias != nullptr && !epilogue) {
         const size_t n = (size_t)N * OC;
         add_bias_kernel<<<(unsigned)std::min<size_t>((n + 255) / 256, 65535), 256, 0, ctx().stream>>>(out, bias, n, OC);
@@ -119,15 +146,62 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* w, cons
     }
 }
 
-// dinp (N, C) = dout @ W (overwritten); dweight (OC, C) += dout^T @ inp; dbias += column sums
-inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                            const floatX* w, int N, int C, int OC) {
+// pre_gelu (N, OC) = inp (N, C) @ W^T + bias and out_gelu = gelu(pre_gelu), both stored
+inline void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w,
+                                const floatX* bias, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+    // one GEMM writes both, GELU taken of the fp32 result
+    if (bias != nullptr && aligned16(bias) && aligned16(pre_gelu) && gemm_alignment(C, C, OC, {w, inp, out_gelu}) == 16 &&
+        gemm_lt(out_gelu, w, inp, OC, N, C, true, false, C, C, OC, 0.0f,
+                GemmEpilogue{CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre_gelu}))
+        return;
+#endif
+    matmul_forward(pre_gelu, inp, w, bias, N, C, OC);
+    gelu_forward(out_gelu, pre_gelu, (size_t)N * OC);
+}
+
+// dinp (N, C) = dout @ W (overwritten), times gelu'(pre_gelu) when pre_gelu is given (inp was
+// gelu(pre_gelu): dinp is then the gradient of pre_gelu); dweight (OC, C) += dout^T @ inp;
+// dbias += column sums of dout. dbias_zeroed: dbias holds zeros, so a sum written over it
+// (cuBLASLt's BGRADB) is the same as one added to it.
+inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                 const floatX* w, const floatX* pre_gelu, int N, int C, int OC, bool dbias_zeroed) {
     if (N == 0) return;
-    // dinp^T (C, N) = (W stored (C, OC)) @ (dout stored (OC, N))
-    gemm_lt(dinp, w, dout, nullptr, C, N, OC, false, false, C, OC, C, 0.0f);
+    bool fused_gelu = false, fused_bias = false;
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+    if (pre_gelu != nullptr && aligned16(pre_gelu) && gemm_alignment(C, OC, C, {w, dout, dinp}) == 16)
+        fused_gelu = gemm_lt(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                             GemmEpilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu});
+    if (dbias != nullptr && dbias_zeroed && aligned16(dbias) && gemm_alignment(C, OC, C, {inp, dout, dweight}) == 16)
+        fused_bias = gemm_lt(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f,
+                             GemmEpilogue{CUBLASLT_EPILOGUE_BGRADB, dbias});
+#endif
+    if (!fused_gelu) {
+        // dinp^T (C, N) = (W stored (C, OC)) @ (dout stored (OC, N))
+        gemm_lt(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f);
+        if (pre_gelu != nullptr) gelu_backward(dinp, pre_gelu, (size_t)N * C);
+    }
+    if (fused_bias) return;
     // dW^T (C, OC) = (inp stored (C, N)) @ (dout stored (OC, N))^T
-    gemm_lt(dweight, inp, dout, nullptr, C, OC, N, false, true, C, OC, C, 1.0f);
+    gemm_lt(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f);
+#ifdef KERNELS_CANDIDATE
+    if (dbias != nullptr) column_sums_add(dbias, dout, N, OC);
+#else
     if (dbias != nullptr) column_sums_add(dbias, nullptr, dout, nullptr, nullptr, nullptr, N, OC);
+#endif
+}
+
+inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                            const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
+    matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, nullptr, N, C, OC, dbias_zeroed);
+}
+
+// the backward of out = gelu(pre_gelu) @ W^T + bias, with inp = gelu(pre_gelu): dinp is the
+// gradient of pre_gelu
+inline void matmul_gelu_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                 const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
+    matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, pre_gelu, N, C, OC, dbias_zeroed);
 }
 
 }  // namespace gpu
