@@ -93,6 +93,7 @@ if [ -n "$only" ]; then
     [ ${#want_builds[@]} -gt 0 ] && builds=("${want_builds[@]}")
 fi
 has() { local x; for x in "${@:2}"; do [ "$x" = "$1" ] && return 0; done; return 1; }  # WORD LIST...
+[ "$memcheck" = "$MEMCHECK_FILTER" ] && [ -n "$filter" ] && memcheck=$filter  # the tests asked for
 
 export PATH=$PATH:/usr/local/cuda/bin
 logs=$(mktemp -d /tmp/gpu_check_XXXXXX)  # every build and test log, kept
@@ -104,6 +105,7 @@ publish() {  # the summary and the logs into $OUT, each file replaced whole
 }
 say() { echo "$*" | tee -a "$summary"; publish; }  # LINE: into the summary, and out
 says() { while IFS= read -r line; do say "$line"; done; }  # say every line of stdin
+details() { sed "s|^|  $1: |" | says; }  # TITLE: say every line of stdin, under TITLE
 (while sleep 15; do publish; done) >/dev/null 2>&1 &
 packer=$!
 trap 'kill $packer 2>/dev/null' EXIT
@@ -169,12 +171,14 @@ say "build: sm_${arch:-90}, MPI $([ -n "$mpi" ] && echo "${mpi#"$PWD"/}" || echo
 declare -A share=([build]=120 [kernels]=150 [zero]=120 [bench]=150 [memcheck]=150) deadline=()
 total=${share[build]}
 for p in "${phases[@]}"; do total=$((total + share[$p])); done
-sum=0
+sum=0 until=""
 for p in build kernels zero bench memcheck; do
     [ "$p" = build ] || has "$p" "${phases[@]}" || continue
     sum=$((sum + share[$p]))
     deadline[$p]=$((START + budget * sum / total))
+    until+="${until:+, }$p by $((budget * sum / total)) s"
 done
+say "time: $until; at most $timeout_s s a test binary, mpirun or benchmark run, $((timeout_s / 2)) s a test alone"
 limit() {  # CAP UNTIL: seconds a command may take, at most CAP, ending by UNTIL (SECONDS' clock)
     local left=$(($2 - SECONDS))
     echo $((left < $1 ? left : $1))
@@ -202,7 +206,7 @@ for b in "${builds[@]}"; do
         bin=$(prefix "$b")$t
         [ -x "$bin" ] || say "FAIL  $b build of $bin$([ $rc -eq 124 ] && echo ": out of time")"
     done
-    [ $rc -eq 0 ] || grep -h -a -E 'error( #|:)|Error [0-9]' "$logs/build_$b.log" | head -20 | says
+    [ $rc -eq 0 ] || grep -h -a -E 'error( #|:)|Error [0-9]' "$logs/build_$b.log" | head -20 | details "$b build"
     grep -h -a -E 'warning( #|:)' "$logs/build_$b.log" | sort -u | head -20 | sed "s/^/WARN  $b build: /" | says
 done
 say "built ${builds[*]} in $((SECONDS - START)) s"
@@ -230,7 +234,7 @@ run_gtest() {
         local why
         why=$(sed -n 's/^skipped: no GPU//p' "$log" | head -1)
         if [ "$gpus" -gt 0 ]; then
-            cuda_missing=$why
+            cuda_missing=${why%, * ranks started}
             say "FAIL  $name: CUDA finds no GPU though nvidia-smi lists $gpus$why"
         else
             say "SKIP  $name: no GPU$why"
@@ -243,7 +247,7 @@ run_gtest() {
             say "PASS  $name: $(grep -a -oE '\[  PASSED  \] [0-9]+ tests?' "$log" | tail -1 | cut -c14-)"
         else
             say "FAIL  $name (exit $rc)"
-            grep -a -E 'Failure|error|Which is|Expected' "$log" | head -20 | says
+            grep -a -E 'Failure|error|Which is|Expected' "$log" | head -20 | details "$name"
         fi
         return
     fi
@@ -253,6 +257,10 @@ run_gtest() {
     [ "$1" = mpirun ] && list_cmd=(mpirun -np 1 --oversubscribe "$bin")
     all=$(timeout -k 10 60 "${list_cmd[@]}" --gtest_list_tests ${filter:+--gtest_filter="$filter"} 2>/dev/null |
         awk '/^[^ ]/ { suite = $1 } /^  [^ ]/ { print suite $1 }')
+    if [ -z "$all" ]; then
+        say "FAIL  $name: died ($(how_ended $rc)) before its tests could be listed: $(last_error "$log")"
+        return
+    fi
     done_tests=$(finished "$log")
     rest=$(grep -vxF -f <(echo "$done_tests") <<<"$all")
     say "FAIL  $name: died ($(how_ended $rc)) in [ RUN ] ${died_in:-(before the first test)}: $(last_error "$log"); $(grep -c . <<<"$done_tests") of $(grep -c . <<<"$all") tests ended, the other $(grep -c . <<<"$rest") run alone with CUDA_SYNC_LAUNCHES=1"
@@ -283,7 +291,7 @@ run_alone() {
     fi
     if grep -a -q "^\[  FAILED  \] $t (" "$log"; then
         say "FAIL  $name: $t alone$(sed -n "s|^worst-error FAIL $t||p" "$log" | head -1)"
-        grep -a -E 'Failure|Which is|Expected' "$log" | head -10 | says
+        grep -a -E 'Failure|Which is|Expected' "$log" | head -10 | details "$name"
     else
         say "FAIL  $name: $t alone died ($(how_ended $rc)): $(last_error "$log")"
     fi
@@ -373,7 +381,7 @@ if has memcheck "${phases[@]}"; then
                 say "PASS  $name: no memory errors, $(grep -a -oE '\[  PASSED  \] [0-9]+ tests?' "$log" | tail -1 | cut -c14-) in $((SECONDS - t0)) s"
             else
                 say "FAIL  $name ($(how_ended $rc)): ${errors:-no} memcheck errors in $((SECONDS - t0)) s"
-                grep -a -E '^========= +(Invalid|at |Address|Program hit)|Failure' "$log" | head -12 | says
+                grep -a -E '^========= +(Invalid|at |Address|Program hit)|Failure' "$log" | head -12 | details "$name"
             fi
         done
     done
