@@ -6,10 +6,11 @@
 # build/candidate/). Correctness first, the largest benchmarks last.
 #
 # The device call. .deps/ (GoogleTest, OpenMPI) is ignored by git, so it travels only when
-# carried: make it here first with `bash scripts/gpu_check.sh --pack` (`make gpu-rehearsal` does).
+# carried: make it first, in the checkout that the call sends, with `bash scripts/gpu_check.sh
+# --pack` (`make gpu-rehearsal` does too). The summary is the call's output; $OUT gets two files.
 #   run(carry=[".deps"], command="bash scripts/gpu_check.sh", timeout_s=600)
 #   a short first call, the kernel tests alone:
-#   run(carry=[".deps"], command="bash scripts/gpu_check.sh --only kernels --budget 200", timeout_s=300)
+#   run(carry=[".deps"], command="bash scripts/gpu_check.sh --only kernels --budget 240", timeout_s=300)
 #
 # Options:
 #   --only WORDS         a comma list of phases (kernels, zero, bench, memcheck) and builds
@@ -41,12 +42,13 @@
 # Time. Each phase ends by its deadline, a share of --budget (shares of the phases run, scaled to
 # it), so a slow phase cannot take a later one's time; within a phase each build gets its part in
 # turn; what cannot start in time is said SKIP (out of time). Shares of the default 540 s:
-#   build     120 s  both builds side by side; on the H200 one build (5 binaries, -j5) took 37 s
+#   build     120 s  both builds side by side (one build, 5 binaries at -j5, took 37 s on the H200)
 #   kernels   150 s  bf16 and fp32 kernel tests per build, --timeout each, a test rerun alone half
 #   zero      120 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
 #   bench     150 s  bench_gpu.sh per build, --timeout a run (d12, d24, d48, ZeRO 0-3, offload)
 #   memcheck  150 s  only with --memcheck; memcheck slows kernels tens of times
-# Not all of it fits one call with two builds: split it (--only kernels,zero, then --only bench).
+# The tests and benchmarks are not timed on a GPU yet; should two builds not fit one call, split
+# it: --only kernels,zero, then --only bench.
 #
 # Build: `make -f kernels/cuda.mk` (no prerequisites check) without -Werror (warnings are WARN
 # lines), for this GPU's architecture only (nvidia-smi; sm_90, the lent H200's, without one).

@@ -209,7 +209,11 @@ inline void check_launch(const char* launcher = __builtin_FUNCTION(), const char
                          int line = __builtin_LINE()) {
     Context& c = ctx();
     cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess && c.sync_launches) err = cudaStreamSynchronize(c.stream);
+    if (err == cudaSuccess && c.sync_launches) {
+        cudaStreamCaptureStatus capture;  // a stream being captured into a graph cannot be waited for
+        err = cudaStreamIsCapturing(c.stream, &capture);
+        if (err == cudaSuccess && capture == cudaStreamCaptureStatusNone) err = cudaStreamSynchronize(c.stream);
+    }
     if (err != cudaSuccess) {
         fatal(1, "CUDA error at the launch in %s (%s:%d): %s%s", launcher, file, line, cudaGetErrorString(err),
               c.sync_launches ? " (CUDA_SYNC_LAUNCHES=1: this launch's own)"
