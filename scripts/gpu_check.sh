@@ -358,7 +358,7 @@ if has bench "${phases[@]}"; then
                         *) say "  $b: $line" ;;  # what a bench line's run said beside it
                     esac
                 done
-            [ "${PIPESTATUS[0]}" -ne 124 ] || say "FAIL  $b benchmarks: cut at the phase's end, $secs s in: the rest not run"
+            [ "${PIPESTATUS[0]}" -ne 124 ] || say "SKIP  $b benchmarks after the first $secs s (out of time): the rest not run"
         fi
     done
 fi
