@@ -965,12 +965,13 @@ int main(int argc, char** argv) {
     use_all_cores_if_alone();
     TrainConfig cfg = parse_args(argc, argv);
 #ifdef __CUDACC__
-    bool use_cuda = cfg.device != "cpu" && CudaBackend::available();
-    if (cfg.device == "cuda" && !use_cuda) fatal(2, "--device cuda: no CUDA GPU is visible");
+    std::string no_cuda;  // CUDA's reason, when it finds no GPU
+    bool use_cuda = cfg.device != "cpu" && CudaBackend::available(&no_cuda);
+    if (cfg.device == "cuda" && !use_cuda) fatal(2, "--device cuda: no CUDA GPU is visible (%s)", no_cuda.c_str());
     // said once, by rank 0 (OpenMPI names it before MPI starts)
     const char* rank_env = getenv("OMPI_COMM_WORLD_RANK");
     if (cfg.device == "auto" && !use_cuda && !cfg.quiet && (rank_env == nullptr || strcmp(rank_env, "0") == 0))
-        printf("no CUDA GPU visible: using the CPU backend\n");
+        printf("no CUDA GPU visible (%s): using the CPU backend\n", no_cuda.c_str());
 #else
     if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
     const bool use_cuda = false;

@@ -3,6 +3,7 @@
 #   make -f kernels/cuda.mk train_gpt [PRECISION=FP32] [NO_MPI=1] [NO_BLAS=1] [GPU_ARCHS="80 90"]
 #   make -f kernels/cuda.mk test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/bench_kernels_cuda ...
 #   make -f kernels/cuda.mk KERNELS=candidate build/candidate/train_gpt build/candidate/test/test_kernels_cuda ...
+#   ... [NCCL_HOME=DIR] [NVCC_WERROR=]
 # test/test_kernels_cuda and test/test_zero_cuda follow PRECISION (bf16 by default), their *_fp32
 # twins are always fp32: each precision its own file, built once. GPU_ARCHS defaults to sm_80 and
 # sm_90 plus whatever nvidia-smi reports here; each extra arch adds roughly the device-compile
@@ -38,12 +39,20 @@ endif
 # the headers that hold a candidate kernel: with none, the candidate build is the default one
 KERNEL_CANDIDATES := $(shell grep -l KERNELS_CANDIDATE kernels/cuda/*.cuh 2>/dev/null)
 
+# NCCL from the toolkit or the system, or from NCCL_HOME (include/, lib/) found by its rpath; a
+# lib/ with only libnccl.so.2 (PyTorch's wheel has no libnccl.so) is linked by that full name
+ifneq ($(NCCL_HOME),)
+  NVCC_NCCL_CFLAGS = -I$(NCCL_HOME)/include
+  NVCC_NCCL_LIBS = -L$(NCCL_HOME)/lib -Xlinker -rpath=$(abspath $(NCCL_HOME)/lib) $(if $(wildcard $(NCCL_HOME)/lib/libnccl.so),-lnccl,-l:libnccl.so.2)
+else
+  NVCC_NCCL_LIBS = -lnccl
+endif
 ifeq ($(NO_MPI),1)
   NVCC_MPI_CFLAGS = -DNO_MPI
   NVCC_MPI_LIBS =
 else
-  NVCC_MPI_CFLAGS = -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile)
-  NVCC_MPI_LIBS = $(shell $(MPICXX) --showme:link) -lnccl
+  NVCC_MPI_CFLAGS = -DOMPI_SKIP_MPICXX $(shell $(MPICXX) --showme:compile) $(NVCC_NCCL_CFLAGS)
+  NVCC_MPI_LIBS = $(shell $(MPICXX) --showme:link) $(NVCC_NCCL_LIBS)
 endif
 
 # host warnings as the CPU build has them; nvcc's own warnings are errors
@@ -57,7 +66,11 @@ else
   # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
   NVCC_BLAS_LIBS = $(if $(shell test -e $(NVCC_OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath=$(NVCC_OPENBLAS_OMP)) -lopenblas
 endif
-NVCC_FLAGS = -x cu -std=c++17 -O3 -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_KERNELS) $(NVCC_BLAS_CFLAGS) $(NVCC_HOST_FLAGS) -Werror all-warnings
+# NVCC_WERROR= turns nvcc's warnings back into warnings (scripts/gpu_check.sh: another toolkit
+# version may warn where this one does not, and it reports them rather than fail the build)
+NVCC_WERROR ?= -Werror all-warnings
+# -lineinfo: compute-sanitizer and Nsight Compute name the source line of a kernel's fault
+NVCC_FLAGS = -x cu -std=c++17 -O3 -lineinfo -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_KERNELS) $(NVCC_BLAS_CFLAGS) $(NVCC_HOST_FLAGS) $(NVCC_WERROR)
 NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
 # everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)

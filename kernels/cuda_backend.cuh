@@ -32,13 +32,17 @@ struct CudaBackend {
     static constexpr bool has_master_weights = true;  // bf16 params, fp32 master copy in zero/
 #endif
 
-    // a usable GPU is present; never aborts (no driver, no device: false)
-    static bool available() {
+    // a usable GPU is present; never aborts. Without one, `why` (where given) gets CUDA's reason:
+    // no driver, a driver older than the toolkit, no device...
+    static bool available(std::string* why = nullptr) {
         int n = 0;
-        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        const cudaError_t err = cudaGetDeviceCount(&n);
+        if (err != cudaSuccess) {
             (void)cudaGetLastError();  // clear the sticky error for later calls
+            if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(err) + ", " + cudaGetErrorString(err);
             return false;
         }
+        if (n == 0 && why) *why = "cudaGetDeviceCount: 0 devices";
         return n > 0;
     }
     // the GPU's name (cudaDeviceProp::name), for the MFU's peak

@@ -7,6 +7,12 @@
 set -u
 cd "$(dirname "$0")/.."
 DATA=${DATA:-/tmp/bench_tokens.bin}
+TRAIN_GPT=${TRAIN_GPT:-./train_gpt}  # which build's (scripts/gpu_check.sh runs each)
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-120}  # seconds one run may take: a hang costs that, not the rest
+timed() {  # COMMAND...: runs it, cut at BENCH_TIMEOUT, and says so when it was
+    timeout -k 10 "$BENCH_TIMEOUT" "$@" 2>&1
+    [ $? -ne 124 ] || echo "cut at its ${BENCH_TIMEOUT} s timeout"
+}
 [ -f "$DATA" ] || python3 -c "
 import sys, numpy as np; sys.path.insert(0, 'data')
 from data_common import write_token_shard
@@ -24,7 +30,7 @@ report() {  # TITLE ROWS OUTPUT: "bench TITLE: ms/step, tok/s, MFU" of train_gpt
 bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
     local out L desc=$1 b=$2 steps=$3 r=$4
     shift 4
-    out=$(./train_gpt --device cuda -e "$desc" -b "$b" -t 1024 -x "$steps" -r "$r" -v 0 -s 0 -o "" -i "$DATA" "$@" 2>&1)
+    out=$(timed "$TRAIN_GPT" --device cuda -e "$desc" -b "$b" -t 1024 -x "$steps" -r "$r" -v 0 -s 0 -o "" -i "$DATA" "$@")
     report "$desc B=$b T=1024 r=$r${*:+ $*}" "$b" "$out" || return
     L=$(echo "$out" | grep -oE 'L=[0-9]+' | head -1 | cut -d= -f2)
     echo "$out" | grep -E '^rank 0 (memory|peak device memory)'
@@ -57,7 +63,7 @@ bench d48 16 10 2
 if command -v mpirun >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     for z in 0 1 2 3; do
-        out=$(mpirun -np 2 --oversubscribe ./train_gpt --device cuda -e d12 -b 16 -t 1024 -z "$z" -x 10 -v 0 -s 0 -o "" -i "$DATA" 2>&1)
+        out=$(timed mpirun -np 2 --oversubscribe "$TRAIN_GPT" --device cuda -e d12 -b 16 -t 1024 -z "$z" -x 10 -v 0 -s 0 -o "" -i "$DATA")
         report "d12 B=16 T=1024, 2 ranks sharing the GPU, ZeRO $z" 32 "$out"
     done
 fi

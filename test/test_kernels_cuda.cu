@@ -998,10 +998,11 @@ TEST_F(Cuda, TrainingIsDeterministic) {
 int main(int argc, char** argv) {
     testing::InitGoogleTest(&argc, argv);
     testing::UnitTest::GetInstance()->listeners().Append(new WorstErrorPrinter());
-    g_gpu = CudaBackend::available();
+    std::string why;
+    g_gpu = CudaBackend::available(&why);
     if (!g_gpu) {
         // the one line a CPU-only machine shows; every test still runs and skips, silently
-        printf("skipped: no GPU\n");
+        printf("skipped: no GPU (%s)\n", why.c_str());
         fflush(stdout);
         testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
         delete listeners.Release(listeners.default_result_printer());

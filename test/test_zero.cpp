@@ -692,10 +692,11 @@ int main(int argc, char** argv) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 #ifdef __CUDACC__
-    if (!CudaBackend::available()) {
+    std::string why;
+    if (!CudaBackend::available(&why)) {
         int world = 1;  // said, so that a run without a GPU still shows mpirun started every rank
         MPI_Comm_size(MPI_COMM_WORLD, &world);
-        if (rank == 0) printf("skipped: no GPU, %d ranks started\n", world);
+        if (rank == 0) printf("skipped: no GPU (%s), %d ranks started\n", why.c_str(), world);
         MPI_Finalize();
         return 0;
     }

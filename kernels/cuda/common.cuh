@@ -132,6 +132,7 @@ struct Context {
     int num_sms = 0;
     size_t max_smem_optin = 0;
     uint64_t launches = 0;  // kernels and cuBLASLt matmuls queued so far (check_launch counts them)
+    bool sync_launches = false;  // CUDA_SYNC_LAUNCHES=1: check_launch waits for each launch
 };
 
 inline Context& context_raw() {
@@ -148,6 +149,8 @@ inline void init_context(int device) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, c.device));
     c.num_sms = prop.multiProcessorCount;
     c.max_smem_optin = prop.sharedMemPerBlockOptin;
+    const char* sync = getenv("CUDA_SYNC_LAUNCHES");
+    c.sync_launches = sync != nullptr && strcmp(sync, "1") == 0;
     CUDA_CHECK(cudaStreamCreate(&c.stream));
     CUBLAS_CHECK(cublasLtCreate(&c.lt));
     CUDA_CHECK(cudaMalloc(&c.lt_workspace, c.lt_workspace_size));
@@ -198,10 +201,25 @@ inline void upload_pinned(void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaEventRecord(p.read, stream()));
 }
 
-// after every kernel launch and cuBLASLt matmul: reports a failed launch, and counts it
-inline void check_launch() {
-    CUDA_CHECK(cudaGetLastError());
-    ctx().launches++;
+// After every kernel launch and cuBLASLt matmul: reports a failed launch, naming the function
+// that launched it, and counts it. A kernel's own fault (an illegal address, say) surfaces only
+// at some later call, far from the kernel; with CUDA_SYNC_LAUNCHES=1 in the environment each
+// launch is waited for here, so the fault is reported at the launch that caused it.
+inline void check_launch(const char* launcher = __builtin_FUNCTION(), const char* file = __builtin_FILE(),
+                         int line = __builtin_LINE()) {
+    Context& c = ctx();
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && c.sync_launches) {
+        cudaStreamCaptureStatus capture;  // a stream being captured into a graph cannot be waited for
+        err = cudaStreamIsCapturing(c.stream, &capture);
+        if (err == cudaSuccess && capture == cudaStreamCaptureStatusNone) err = cudaStreamSynchronize(c.stream);
+    }
+    if (err != cudaSuccess) {
+        fatal(1, "CUDA error at the launch in %s (%s:%d): %s%s", launcher, file, line, cudaGetErrorString(err),
+              c.sync_launches ? " (CUDA_SYNC_LAUNCHES=1: this launch's own)"
+                              : " (maybe an earlier kernel's: CUDA_SYNC_LAUNCHES=1 checks each launch at once)");
+    }
+    c.launches++;
 }
 
 // one launch shape for elementwise ops: enough blocks to fill the GPU, grid-stride beyond
