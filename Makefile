@@ -26,7 +26,7 @@ else
   CXX_BUILD = $(MPICXX)
 endif
 
-HEADERS = $(wildcard kernels/*.h kernels/cpu/*.h zero/*.h data/*.h train/*.h)
+HEADERS = $(wildcard common/*.h model/*.h kernels/*.h kernels/cpu/*.h zero/*.h data/*.h train/*.h)
 TINY_DATA = data/tinyshakespeare/tiny_shakespeare_train.bin
 
 .PHONY: all test bench data clean prerequisites-build prerequisites-test gpu-rehearsal

@@ -24,7 +24,7 @@
 #include "data/checkpoint.h"
 #include "data/dataloader.h"
 #include "data/hellaswag.h"
-#include "data/io.h"
+#include "common/io.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu_backend.h"
 #include "train/outlier_detector.h"

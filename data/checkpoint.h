@@ -11,7 +11,8 @@
 
 #include "../train/outlier_detector.h"
 #include "dataloader.h"
-#include "io.h"
+#include "../common/bf16.h"
+#include "../common/io.h"
 
 // the model's shape, as the checkpoint header stores it
 struct GPT2Config {
@@ -56,30 +57,15 @@ struct ParamLayout {
 
 constexpr int kCheckpointMagic = 20240326;
 constexpr int kCheckpointFp32 = 3, kCheckpointBf16 = 5;
+constexpr FileFormat kCheckpointFormat{"checkpoint", "the checkpoint header", kCheckpointMagic, 0};  // 3 or 5
 
 // the version for parameters of param_bytes bytes each (fp32: 4, bf16: 2)
 constexpr int checkpoint_version(size_t param_bytes) { return param_bytes == 2 ? kCheckpointBf16 : kCheckpointFp32; }
 
-inline float bf16_bits_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-// round to nearest, ties to even; exact for values that are bf16 already (a bf16 build's)
-inline uint16_t float_to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
 // the header of an open checkpoint -> *c, checked against itself and the file's size; returns
 // the bytes per parameter (4 or 2)
 inline size_t read_checkpoint_header(FILE* f, const std::string& path, GPT2Config* c) {
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the checkpoint header");
-    if (h[0] != kCheckpointMagic) fatal(1, "%s: bad magic %d in checkpoint (expected %d)", path.c_str(), h[0], kCheckpointMagic);
+    const FileHeader h = read_header(f, path, kCheckpointFormat);
     if (h[1] != kCheckpointFp32 && h[1] != kCheckpointBf16)
         fatal(1, "%s: unsupported checkpoint version %d (expected 3 for fp32 or 5 for bf16)", path.c_str(), h[1]);
     c->max_seq_len = h[2];
@@ -90,7 +76,7 @@ inline size_t read_checkpoint_header(FILE* f, const std::string& path, GPT2Confi
     c->padded_vocab_size = h[7];
     if (h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] <= 0 || h[6] <= 0 || h[6] % h[5] != 0 || h[7] < h[3])
         fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]);
-    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = sizeof(h) + ParamLayout(*c).total * elem;
+    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = kHeaderBytes + ParamLayout(*c).total * elem;
     if (file_size(f) != expected)
         fatal(1, "%s: checkpoint is %zu bytes, expected %zu for this header", path.c_str(), file_size(f), expected);
     return elem;
@@ -122,7 +108,7 @@ inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c
 }
 
 inline void write_checkpoint(const std::string& path, const GPT2Config& c, const std::vector<float>& params, int version) {
-    int32_t h[256] = {kCheckpointMagic, version, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    int32_t h[kHeaderInts] = {kCheckpointMagic, version, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
     AtomicFile f(path);
     f.write(h, sizeof(h));
     if (version == kCheckpointFp32) {
@@ -147,6 +133,7 @@ inline void write_checkpoint(const std::string& path, const GPT2Config& c, const
 // detectors (OutlierDetector::State each).
 constexpr int kStateMagic = 20240527;
 constexpr int kStateVersion = 3;
+constexpr FileFormat kStateFormat{"optimizer state", "the state header", kStateMagic, kStateVersion};
 
 struct OptimizerState {
     int step = 0;
@@ -157,7 +144,7 @@ struct OptimizerState {
 };
 
 inline void write_state(const std::string& path, const OptimizerState& s) {
-    int32_t h[256] = {kStateMagic, kStateVersion, s.step, s.master.empty() ? 0 : 1};
+    int32_t h[kHeaderInts] = {kStateMagic, kStateVersion, s.step, s.master.empty() ? 0 : 1};
     const uint64_t u64[] = {s.m.size(), s.sample_rng, s.loader.position, s.loader.window, s.loader.windows, s.loader.seed};
     memcpy(h + 4, u64, sizeof(u64));
     h[16] = s.loader.shuffled;
@@ -172,13 +159,10 @@ inline void write_state(const std::string& path, const OptimizerState& s) {
 
 inline OptimizerState read_state(const std::string& path, size_t num_params, bool want_master) {
     FILE* f = open_file(path, "rb");
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the state header");
-    if (h[0] != kStateMagic) fatal(1, "%s: bad magic %d in optimizer state (expected %d)", path.c_str(), h[0], kStateMagic);
-    if (h[1] != kStateVersion) fatal(1, "%s: unsupported optimizer state version %d (expected %d)", path.c_str(), h[1], kStateVersion);
+    const FileHeader h = read_header(f, path, kStateFormat);
     OptimizerState s;
     uint64_t u64[6];
-    memcpy(u64, h + 4, sizeof(u64));
+    memcpy(u64, h.field + 4, sizeof(u64));
     const uint64_t count = u64[0];
     s.step = h[2];
     s.sample_rng = u64[1];
@@ -186,7 +170,7 @@ inline OptimizerState read_state(const std::string& path, size_t num_params, boo
     s.loader.shuffled = h[16];
     if (count != num_params) fatal(1, "%s: state for %llu parameters, the model has %zu", path.c_str(), (unsigned long long)count, num_params);
     const size_t arrays = h[3] ? 3 : 2, order = s.loader.shuffled ? s.loader.windows : 0;
-    const size_t expected = sizeof(h) + arrays * count * sizeof(float) + order * sizeof(uint32_t) + 2 * sizeof(OutlierDetector::State);
+    const size_t expected = kHeaderBytes + arrays * count * sizeof(float) + order * sizeof(uint32_t) + 2 * sizeof(OutlierDetector::State);
     if (file_size(f) != expected) fatal(1, "%s: optimizer state is %zu bytes, expected %zu", path.c_str(), file_size(f), expected);
     for (auto* x : {&s.m, &s.v}) {
         x->resize(count);

@@ -16,10 +16,9 @@
 #include <vector>
 
 #include "../zero/comm.h"
-#include "io.h"
+#include "../common/io.h"
 
-constexpr int kEvalMagic = 20240522;
-constexpr int kEvalVersion = 1;
+constexpr FileFormat kEvalFormat{"HellaSwag file", "the HellaSwag header", 20240522, 1};
 constexpr int kEvalExampleStart = 65535;
 constexpr int kEndings = 4;  // llm.c's ASSUMED_NUM_COMPLETIONS
 
@@ -38,10 +37,7 @@ struct EvalExample {
 inline std::vector<EvalExample> read_eval_file(const std::string& path, int vocab) {
     FILE* f = fopen(path.c_str(), "rb");
     if (f == nullptr) fatal(1, "cannot open HellaSwag file %s (data/hellaswag.py writes it)", path.c_str());
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the HellaSwag header");
-    if (h[0] != kEvalMagic) fatal(1, "%s: bad magic %d in HellaSwag file (expected %d)", path.c_str(), h[0], kEvalMagic);
-    if (h[1] != kEvalVersion) fatal(1, "%s: unsupported HellaSwag file version %d (expected %d)", path.c_str(), h[1], kEvalVersion);
+    const FileHeader h = read_header(f, path, kEvalFormat);
     const int count = h[2], longest = h[3];
     if (count <= 0 || count >= 65536 || longest <= 0 || longest >= 65536)
         fatal(1, "%s: inconsistent HellaSwag header (%d examples, longest %d bytes; expected both in 1..65535)", path.c_str(), count, longest);

@@ -15,7 +15,7 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/residual.h"
-#include "../data/io.h"
+#include "../common/io.h"
 #include "shard_table.h"
 
 struct CpuBackend {

@@ -63,7 +63,7 @@ NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
 NVCC_TRAIN_LIBS = $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h train/*.h)
+CUDA_HEADERS = $(wildcard common/*.h model/*.h kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h train/*.h)
 
 # GoogleTest from the system, or from GTEST_ROOT (include/, lib/) as a system header directory
 GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/lib) -lgtest -lpthread

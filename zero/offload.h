@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "../data/io.h"  // fatal
+#include "../common/io.h"  // fatal
 #include "../kernels/shard_table.h"
 
 // host bytes a rank's offloaded state takes: fp32 master, m and v (12 bytes per element of its

@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "../data/io.h"  // fatal
+#include "../common/io.h"  // fatal
 #include "comm.h"
 #include "offload.h"
 #include "partition.h"

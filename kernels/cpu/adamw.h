@@ -29,12 +29,7 @@ struct AdamWStep {
 };
 
 inline float param_to_float(float x) { return x; }
-inline float param_to_float(uint16_t bf16) {
-    const uint32_t u = (uint32_t)bf16 << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+inline float param_to_float(uint16_t bf16) { return bf16_bits_to_float(bf16); }
 inline void store_param(float* out, float x, uint32_t) { *out = x; }
 inline void store_param(uint16_t* out, float x, uint32_t random) {
     uint32_t u;
