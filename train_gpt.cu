@@ -21,12 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "common/io.h"
 #include "data/checkpoint.h"
 #include "data/dataloader.h"
 #include "data/hellaswag.h"
-#include "common/io.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu_backend.h"
+#include "model/shape.h"
 #include "train/outlier_detector.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
@@ -45,94 +46,7 @@
 #endif
 
 // ----------------------------------------------------------------------------
-// model shape and parameter layout
-
-// Within a layer's group: the tensors LN1W..FCPROJB, in order. Group 0 is {WTE, WPE}, groups
-// 1..L the layers, group L+1 {LNFW, LNFB}.
-enum LayerParam { L_LN1W, L_LN1B, L_QKVW, L_QKVB, L_ATTPROJW, L_ATTPROJB, L_LN2W, L_LN2B, L_FCW,
-                  L_FCB, L_FCPROJW, L_FCPROJB, NUM_LAYER_TENSORS };
-
-// weight decay goes to the 2-D weights only, as in GPT-2
-inline bool decays(int p) { return p == WTE || p == WPE || p == QKVW || p == ATTPROJW || p == FCW || p == FCPROJW; }
-
-// the groups zero/ communicates by: embedding, one per layer, final layernorm
-inline std::vector<std::vector<TensorSlice>> param_groups(const GPT2Config& c) {
-    const ParamLayout p(c);
-    const int L = c.num_layers;
-    std::vector<std::vector<TensorSlice>> g;
-    g.push_back({{p.offset[WTE], p.size[WTE], true}, {p.offset[WPE], p.size[WPE], true}});
-    for (int l = 0; l < L; l++) {
-        std::vector<TensorSlice> layer;
-        for (int t = LN1W; t <= FCPROJB; t++) {
-            size_t per_layer = p.size[t] / L;
-            layer.push_back({p.offset[t] + l * per_layer, per_layer, decays(t)});
-        }
-        g.push_back(layer);
-    }
-    g.push_back({{p.offset[LNFW], p.size[LNFW], false}, {p.offset[LNFB], p.size[LNFB], false}});
-    return g;
-}
-
-// Model shapes by name, as llm.c derives them: "dX" or "gpt2:dX" is GPT-2 of depth X (d12 124M,
-// d24 350M, d36 774M, d48 1558M, and llm.c's unofficial d6, d60, d72, d84); "gpt3:cX" is GPT-3 of
-// X channels (c768 125M ... c12288 175B; dense attention, context 2048). Both with GPT-2's
-// vocabulary. "L=2,NH=4,C=64[,V=...,maxT=...]" spells out a small one. Returns false when desc
-// is none of these (then it is a checkpoint path).
-inline bool named_config(const std::string& desc, GPT2Config* c) {
-    struct Gpt2 { int L, NH, C; };
-    static const Gpt2 gpt2[] = {{6, 6, 384}, {12, 12, 768}, {24, 16, 1024}, {36, 20, 1280}, {48, 25, 1600},
-                                {60, 30, 1920}, {72, 30, 2880}, {84, 36, 3456}};
-    struct Gpt3 { int C, L, head_size; };
-    static const Gpt3 gpt3[] = {{384, 6, 64}, {768, 12, 64}, {1024, 24, 64}, {1536, 24, 96}, {2048, 24, 128},
-                                {2560, 32, 80}, {4096, 32, 128}, {5140, 40, 128}, {12288, 96, 128}};
-    const bool is_gpt3 = desc.rfind("gpt3:c", 0) == 0;
-    const size_t prefix = desc.rfind("gpt2:d", 0) == 0 || is_gpt3 ? 6 : desc.size() > 1 && desc[0] == 'd' ? 1 : 0;
-    if (prefix == 0 || desc.find_first_not_of("0123456789", prefix) != std::string::npos) return false;
-    const int x = atoi(desc.c_str() + prefix);
-    *c = GPT2Config{};
-    for (const auto& g : gpt2)
-        if (!is_gpt3 && g.L == x) {
-            c->num_layers = g.L, c->num_heads = g.NH, c->channels = g.C;
-            return true;
-        }
-    for (const auto& g : gpt3)
-        if (is_gpt3 && g.C == x) {
-            if (g.C % g.head_size != 0) fatal(2, "model descriptor '%s': %d channels are not a whole number of heads of %d", desc.c_str(), g.C, g.head_size);
-            c->num_layers = g.L, c->num_heads = g.C / g.head_size, c->channels = g.C, c->max_seq_len = 2048;
-            return true;
-        }
-    fatal(2, is_gpt3 ? "model descriptor '%s': no GPT-3 with that channel count (expected 384, 768, 1024, 1536, 2048, 2560, 4096, 5140 or 12288)"
-                     : "model descriptor '%s': no GPT-2 of that depth (expected 6, 12, 24, 36, 48, 60, 72 or 84)", desc.c_str());
-}
-
-inline bool config_from_descriptor(const std::string& desc, GPT2Config* c) {
-    if (named_config(desc, c)) return true;
-    if (desc.find('=') == std::string::npos) return false;
-    *c = GPT2Config{};
-    size_t pos = 0;
-    while (pos < desc.size()) {
-        size_t end = desc.find(',', pos);
-        if (end == std::string::npos) end = desc.size();
-        std::string item = desc.substr(pos, end - pos);
-        size_t eq = item.find('=');
-        std::string key = item.substr(0, eq);
-        char* rest = nullptr;
-        long value = eq == std::string::npos ? 0 : strtol(item.c_str() + eq + 1, &rest, 10);
-        if (eq == std::string::npos || *rest != '\0' || value <= 0 || value > (1 << 20))
-            fatal(2, "bad model descriptor item '%s' in '%s' (expected KEY=positive integer)", item.c_str(), desc.c_str());
-        if (key == "L") c->num_layers = (int)value;
-        else if (key == "NH") c->num_heads = (int)value;
-        else if (key == "C") c->channels = (int)value;
-        else if (key == "V") c->vocab_size = (int)value;
-        else if (key == "maxT") c->max_seq_len = (int)value;
-        else fatal(2, "unknown model descriptor key '%s' (expected L, NH, C, V or maxT)", key.c_str());
-        pos = end + 1;
-    }
-    if (c->channels % c->num_heads != 0)
-        fatal(2, "model descriptor '%s': C=%d is not a multiple of NH=%d", desc.c_str(), c->channels, c->num_heads);
-    c->padded_vocab_size = pad_vocab(c->vocab_size);
-    return true;
-}
+// the model
 
 // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero
 // biases, unit layernorm weights. std::mt19937 is specified exactly by the standard; the normal
@@ -160,14 +74,12 @@ inline std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
     return params;
 }
 
-// ----------------------------------------------------------------------------
-// the model
-
 template <class Backend>
 class GPT2 {
 public:
     using floatX = typename Backend::floatX;
     using Tensors = typename Zero<Backend>::Tensors;
+    static_assert(kLayerTensors <= Zero<Backend>::kMaxGroupTensors, "a layer's group must fit zero/'s Tensors");
 
     // recompute: 0 keeps every activation, 1 recomputes GELU in backward, 2 also the layernorms
     GPT2(const GPT2Config& c, int B, int T, int recompute, Zero<Backend>& zero)

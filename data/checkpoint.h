@@ -1,7 +1,7 @@
 // The files of a checkpoint, in llm.c's formats: the model (model_N.bin: its shape and its
 // parameters) and the state beside it (state_N.bin: what -y 1 needs besides the parameters to
 // continue bit for bit). The model file's parameter order is llm.c's, which is also the order of
-// the flat parameter buffer the trainer and zero/ work on (ParamLayout).
+// the flat parameter buffer the trainer and zero/ work on (model/shape.h's ParamLayout).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -9,45 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "../train/outlier_detector.h"
-#include "dataloader.h"
 #include "../common/bf16.h"
 #include "../common/io.h"
-
-// the model's shape, as the checkpoint header stores it
-struct GPT2Config {
-    int max_seq_len = 1024;  // maxT
-    int vocab_size = 50257;  // V
-    int padded_vocab_size = 50304;  // Vp: V rounded up to 128, for aligned matmuls
-    int num_layers = 12;     // L
-    int num_heads = 12;      // NH
-    int channels = 768;      // C
-};
-
-inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
-
-// The 16 parameter tensors in llm.c's order, which is also the checkpoint's order.
-enum Param { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB,
-             FCPROJW, FCPROJB, LNFW, LNFB, NUM_PARAM_TENSORS };
-
-// where each tensor sits in the flat parameter buffer (and in the checkpoint after its header)
-struct ParamLayout {
-    size_t size[NUM_PARAM_TENSORS];
-    size_t offset[NUM_PARAM_TENSORS];
-    size_t total = 0;
-
-    explicit ParamLayout(const GPT2Config& c) {
-        const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
-        const size_t sizes[NUM_PARAM_TENSORS] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
-                                                 L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
-                                                 L * C * 4 * C, L * C, C, C};
-        for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-            size[i] = sizes[i];
-            offset[i] = total;
-            total += sizes[i];
-        }
-    }
-};
+#include "../model/shape.h"
+#include "../train/outlier_detector.h"
+#include "dataloader.h"
 
 // ----------------------------------------------------------------------------
 // model_N.bin: int32 header[256]: magic 20240326, version, maxT, V, L, NH, C, Vp; then the

@@ -65,10 +65,15 @@ template <class Backend>
 class Zero {
 public:
     using floatX = typename Backend::floatX;
-    static constexpr int kMaxGroupTensors = 12;
+    // a group's tensors, as params() and grads() hand them out: t[i] is the group's tensor i
+    static constexpr int kMaxGroupTensors = 12;  // the most a group may have (GPT-2: a layer's 12)
     struct Tensors {
         floatX* t[kMaxGroupTensors];
-        floatX* operator[](int i) const { return t[i]; }
+        int count;
+        floatX* operator[](int i) const {
+            if (i < 0 || i >= count) fatal(1, "zero: tensor %d of a group of %d asked for", i, count);
+            return t[i];
+        }
     };
 
     Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, ZeroOptions options = {})
@@ -80,6 +85,9 @@ public:
           master_in_state_(Backend::has_master_weights && options.master_weights) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
+        for (int g = 0; g < plan_.num_groups(); g++)
+            if (plan_.group(g).tensors.size() > (size_t)kMaxGroupTensors)
+                fatal(1, "zero: group %d has %zu tensors, more than the %d a group may have", g, plan_.group(g).tensors.size(), kMaxGroupTensors);
         if (stage_ <= 2) params_full_ = alloc<floatX>(P, &memory_.params);
         else param_shard_ = alloc<floatX>(S, &memory_.params);
         if (stage_ <= 1) grads_full_ = alloc<floatX>(P, &memory_.grads);
@@ -350,7 +358,8 @@ private:
     template <class OffsetOf>
     static Tensors tensors_at(floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
         Tensors out{};
-        for (size_t i = 0; i < g.tensors.size(); i++) out.t[i] = base + offset_of(g.tensors[i]);
+        out.count = (int)g.tensors.size();
+        for (int i = 0; i < out.count; i++) out.t[i] = base + offset_of(g.tensors[i]);
         return out;
     }
     template <class T>
