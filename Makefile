@@ -90,7 +90,7 @@ test: train_gpt $(TEST_BINS) $(TINY_DATA) | prerequisites-test
 	bash test/run_tests.sh
 
 # ZeRO-Offload's host AdamW against this machine's copy bandwidth (make bench runs it)
-scripts/bench_host_adamw: scripts/bench_host_adamw.cpp kernels/cpu/adamw.h kernels/shard_table.h
+scripts/bench_host_adamw: scripts/bench_host_adamw.cpp kernels/cpu/adamw.h kernels/adamw_step.h kernels/shard_table.h common/bf16.h
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $< -o $@
 
 bench: train_gpt $(TINY_DATA) scripts/bench_host_adamw

@@ -759,8 +759,8 @@ StepRecord train_step(Run<Backend>& run, int step) {
     if (r.skipped) {
         if (run.chatty) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
     } else {
-        zero.update(r.norm, r.lr, AdamHyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, cfg.grad_clip, step + 1,
-                    (uint32_t)cfg.seed + 7919u * step);
+        zero.update(AdamWStep{r.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, clip_scale(r.norm, cfg.grad_clip), step + 1,
+                              (uint32_t)cfg.seed + 7919u * step});
     }
     return r;
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../common/io.h"  // fatal
+#include "../kernels/adamw_step.h"
 #include "../kernels/shard_table.h"
 
 // host bytes a rank's offloaded state takes: fp32 master, m and v (12 bytes per element of its
@@ -104,12 +105,10 @@ public:
     }
     // AdamW on group g once its gradients are here; its new parameters go to `params` (laid out
     // as the device table says), and kernels queued afterwards see them
-    void update(int g, floatX* params, float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
-                int step_number, uint32_t seed) {
+    void update(int g, floatX* params, const AdamWStep& s) {
         Backend::transfer_wait(marks_[g]);
         const auto [first, end] = groups_[g];
-        Backend::adamw_update_host(staging_, master_, staging_, m_, v_, host_table_.data() + first, end - first, lr,
-                                   beta1, beta2, eps, wd, grad_scale, step_number, seed);
+        Backend::adamw_update_host(staging_, master_, staging_, m_, v_, host_table_.data() + first, end - first, s);
         for_each_entry(g, [&](const ShardTensor& d, const ShardTensor& h) {
             Backend::transfer_from_host(params + d.param_offset, staging_ + h.param_offset, d.n * sizeof(floatX));
         });

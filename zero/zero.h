@@ -43,10 +43,6 @@
 #include "offload.h"
 #include "partition.h"
 
-struct AdamHyper {
-    float beta1, beta2, eps, weight_decay;
-};
-
 // bytes held per rank, by category: in backend memory, and in host memory (offload)
 struct ZeroMemory {
     size_t params = 0, grads = 0, optimizer = 0, comm = 0;
@@ -295,15 +291,8 @@ public:
     // before each micro-step's forward: stage 3 gathers every group afresh
     void begin_micro_step() { invalidate_slots(); }
 
-    // Reduce what is left to reduce, clip by the global norm, update this rank's shard with
-    // AdamW and share the new parameters. Returns the gradient norm before clipping.
-    float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
-        const float norm = grad_norm();
-        update(norm, lr, h, grad_clip, step_number, seed);
-        return norm;
-    }
-    // step() in two halves, so the caller may look at the norm and skip the update: first the
-    // reductions and the global gradient norm, ...
+    // The optimizer's step in two halves, so that the caller may look at the norm and skip the
+    // update: first the reductions and the global gradient norm, ...
     float grad_norm() {
         if (stage_ <= 1)  // what no backward reduced
             for (int g = 0; g < plan_.num_groups(); g++)
@@ -327,15 +316,12 @@ public:
     // ... then the update with that norm (a collective too: every rank must call it or none).
     // Offloaded, group by group on the host, each group's gather (stages 1-2) started as soon
     // as its new parameters are on their way.
-    void update(float norm, float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
-        float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    void update(const AdamWStep& s) {
         floatX* params = stage_ <= 2 ? params_full_ : param_shard_;
         auto update_on_host = [&](int g) {
-            if (host_) host_->update(g, params, lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
+            if (host_) host_->update(g, params, s);
         };
-        if (!host_)
-            Backend::adamw_update(params, master_, grads_base(), adam_m_, adam_v_, shard_, lr, h.beta1, h.beta2, h.eps,
-                                  h.weight_decay, scale, step_number, seed);
+        if (!host_) Backend::adamw_update(params, master_, grads_base(), adam_m_, adam_v_, shard_, s);
         if (stage_ == 1 || stage_ == 2) all_gather_full_params(update_on_host);
         else
             for (int g = 0; g < plan_.num_groups(); g++) update_on_host(g);

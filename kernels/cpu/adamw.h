@@ -17,16 +17,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../adamw_step.h"
 #include "../shard_table.h"
 
 namespace cpu {
-
-// one step's constants
-struct AdamWStep {
-    float lr, beta1, beta2, eps, weight_decay, grad_scale;
-    int t;          // the step's number, from 1 (bias correction)
-    uint32_t seed;  // stochastic rounding (bf16 parameters only)
-};
 
 inline float param_to_float(float x) { return x; }
 inline float param_to_float(uint16_t bf16) { return bf16_bits_to_float(bf16); }
