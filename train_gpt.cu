@@ -25,6 +25,7 @@
 #include "data/checkpoint.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "kernels/allocations.h"
 #include "kernels/cpu_backend.h"
 #include "model/shape.h"
 #include "train/hellaswag_eval.h"
@@ -87,34 +88,29 @@ public:
         : c_(c), B_(B), T_(T), recompute_(recompute), zero_(zero) {
         const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
         const size_t ln_copies = recompute >= 2 ? 1 : L, gelu_copies = recompute >= 1 ? 1 : L;
-        encoded_ = alloc<floatX>(BT * C);
-        ln1_ = alloc<floatX>(ln_copies * BT * C);
-        ln2_ = alloc<floatX>(ln_copies * BT * C);
-        ln1_stats_ = alloc<float>(L * 2 * BT);
-        ln2_stats_ = alloc<float>(L * 2 * BT);
-        qkv_ = alloc<floatX>(L * BT * 3 * C);
-        atty_ = alloc<floatX>(L * BT * C);
+        owned_.alloc(&encoded_, BT * C, &activation_bytes_);
+        owned_.alloc(&ln1_, ln_copies * BT * C, &activation_bytes_);
+        owned_.alloc(&ln2_, ln_copies * BT * C, &activation_bytes_);
+        owned_.alloc(&ln1_stats_, L * 2 * BT, &activation_bytes_);
+        owned_.alloc(&ln2_stats_, L * 2 * BT, &activation_bytes_);
+        owned_.alloc(&qkv_, L * BT * 3 * C, &activation_bytes_);
+        owned_.alloc(&atty_, L * BT * C, &activation_bytes_);
         att_saved_per_layer_ = Backend::attention_saved_floats(B, T, c.num_heads);
-        att_saved_ = alloc<float>(L * att_saved_per_layer_);
-        residual2_ = alloc<floatX>(L * BT * C);
-        residual3_ = alloc<floatX>(L * BT * C);
-        fch_ = alloc<floatX>(L * BT * 4 * C);
-        fch_gelu_ = alloc<floatX>(gelu_copies * BT * 4 * C);
-        lnf_ = alloc<floatX>(BT * C);
-        lnf_stats_ = alloc<float>(2 * BT);
-        logits_ = alloc<floatX>(BT * Vp);
-        losses_ = alloc<float>(BT);
-        inputs_ = alloc<int>(BT);
-        targets_ = alloc<int>(BT);
-        activation_bytes_ = allocated_;
-        scratch_ = alloc<floatX>(BT * C);
-        dresidual_ = alloc<floatX>(BT * C);
-        dbuf_ = alloc<floatX>(BT * C);
-        dbuf4_ = alloc<floatX>(BT * 4 * C);
-        scratch_bytes_ = allocated_ - activation_bytes_;
-    }
-    ~GPT2() {
-        for (void* p : allocations_) Backend::release(p);
+        owned_.alloc(&att_saved_, L * att_saved_per_layer_, &activation_bytes_);
+        owned_.alloc(&residual2_, L * BT * C, &activation_bytes_);
+        owned_.alloc(&residual3_, L * BT * C, &activation_bytes_);
+        owned_.alloc(&fch_, L * BT * 4 * C, &activation_bytes_);
+        owned_.alloc(&fch_gelu_, gelu_copies * BT * 4 * C, &activation_bytes_);
+        owned_.alloc(&lnf_, BT * C, &activation_bytes_);
+        owned_.alloc(&lnf_stats_, 2 * BT, &activation_bytes_);
+        owned_.alloc(&logits_, BT * Vp, &activation_bytes_);
+        owned_.alloc(&losses_, BT, &activation_bytes_);
+        owned_.alloc(&inputs_, BT, &activation_bytes_);
+        owned_.alloc(&targets_, BT, &activation_bytes_);
+        owned_.alloc(&scratch_, BT * C, &scratch_bytes_);
+        owned_.alloc(&dresidual_, BT * C, &scratch_bytes_);
+        owned_.alloc(&dbuf_, BT * C, &scratch_bytes_);
+        owned_.alloc(&dbuf4_, BT * 4 * C, &scratch_bytes_);
     }
     GPT2(const GPT2&) = delete;
     GPT2& operator=(const GPT2&) = delete;
@@ -210,13 +206,6 @@ public:
     }
 
 private:
-    template <class T>
-    T* alloc(size_t n) {
-        void* p = Backend::alloc(n * sizeof(T));
-        allocations_.push_back(p);
-        allocated_ += n * sizeof(T);
-        return (T*)p;
-    }
     // per-layer activations are laid out layer-major with stride B*T*width
     floatX* layer(floatX* base, int l, int width) const { return base + (size_t)l * B_ * T_ * width; }
     floatX* ln1(int l) const { return layer(ln1_, recompute_ >= 2 ? 0 : l, c_.channels); }
@@ -230,8 +219,8 @@ private:
     GPT2Config c_;
     int B_, T_, recompute_;
     Zero<Backend>& zero_;
-    std::vector<void*> allocations_;
-    size_t allocated_ = 0, activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
+    Allocations<Backend> owned_;
+    size_t activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
     std::vector<float> host_losses_;

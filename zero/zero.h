@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "../common/io.h"  // fatal
+#include "../kernels/allocations.h"
 #include "comm.h"
 #include "offload.h"
 #include "partition.h"
@@ -84,14 +85,14 @@ public:
         for (int g = 0; g < plan_.num_groups(); g++)
             if (plan_.group(g).tensors.size() > (size_t)kMaxGroupTensors)
                 fatal(1, "zero: group %d has %zu tensors, more than the %d a group may have", g, plan_.group(g).tensors.size(), kMaxGroupTensors);
-        if (stage_ <= 2) params_full_ = alloc<floatX>(P, &memory_.params);
-        else param_shard_ = alloc<floatX>(S, &memory_.params);
-        if (stage_ <= 1) grads_full_ = alloc<floatX>(P, &memory_.grads);
-        else grad_shard_ = alloc<floatX>(S, &memory_.grads);
+        if (stage_ <= 2) owned_.alloc(&params_full_, P, &memory_.params);
+        else owned_.alloc(&param_shard_, S, &memory_.params);
+        if (stage_ <= 1) owned_.alloc(&grads_full_, P, &memory_.grads);
+        else owned_.alloc(&grad_shard_, S, &memory_.grads);
         if (!options.offload_optimizer) {
-            if (master_in_state_) master_ = alloc<float>(S, &memory_.optimizer);
-            adam_m_ = alloc<float>(S, &memory_.optimizer);
-            adam_v_ = alloc<float>(S, &memory_.optimizer);
+            if (master_in_state_) owned_.alloc(&master_, S, &memory_.optimizer);
+            owned_.alloc(&adam_m_, S, &memory_.optimizer);
+            owned_.alloc(&adam_v_, S, &memory_.optimizer);
         }
         const int last = plan_.num_groups() - 1;
         for (int g = 1; g < last; g++) piece_ = std::max(piece_, plan_.group(g).shard_size);
@@ -104,18 +105,19 @@ public:
         }
         const bool reduces = stage_ >= 1 || comm.world() > 1;
         for (int s = 0; s < kSlots && reduces; s++) {
-            rank_major_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
-            if (stage_ >= 1) own_[s] = alloc<floatX>(slot_piece[s], &memory_.comm);
-            if (stage_ >= 2) bucket_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
+            owned_.alloc(&rank_major_[s], (size_t)N * slot_piece[s], &memory_.comm);
+            if (stage_ >= 1) owned_.alloc(&own_[s], slot_piece[s], &memory_.comm);
+            if (stage_ >= 2) owned_.alloc(&bucket_[s], slot_size[s], &memory_.comm);
             if (stage_ == 3) {
-                slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
-                gathered_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
+                owned_.alloc(&slot_[s], slot_size[s], &memory_.comm);
+                owned_.alloc(&gathered_[s], (size_t)N * slot_piece[s], &memory_.comm);
             }
         }
-        norm_acc_ = alloc<float>(1, &memory_.comm);
+        owned_.alloc(&norm_acc_, 1, &memory_.comm);
         reduced_.assign(plan_.num_groups(), 0);
         shard_host_ = plan_.shard_table(rank_, stage_ <= 2, stage_ <= 1);
-        ShardTensor* device_table = alloc<ShardTensor>(shard_host_.size(), &memory_.comm);
+        ShardTensor* device_table;
+        owned_.alloc(&device_table, shard_host_.size(), &memory_.comm);
         Backend::from_host(device_table, shard_host_.data(), shard_host_.size() * sizeof(ShardTensor));
         shard_.host = shard_host_.data();
         shard_.device = device_table;
@@ -126,9 +128,6 @@ public:
             memory_.host_optimizer = host_->optimizer_bytes();
             memory_.host_staging = host_->staging_bytes();
         }
-    }
-    ~Zero() {
-        for (void* p : allocations_) Backend::release(p);
     }
     Zero(const Zero&) = delete;
     Zero& operator=(const Zero&) = delete;
@@ -348,13 +347,6 @@ private:
         for (int i = 0; i < out.count; i++) out.t[i] = base + offset_of(g.tensors[i]);
         return out;
     }
-    template <class T>
-    T* alloc(size_t n, size_t* category) {
-        void* p = Backend::alloc(n * sizeof(T));
-        allocations_.push_back(p);
-        *category += n * sizeof(T);
-        return (T*)p;
-    }
     // f(lo, hi) for each piece of the group's shard, in order
     template <class F>
     void for_each_piece(const PartitionPlan::Group& g, F f) const {
@@ -557,7 +549,7 @@ private:
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
     bool master_in_state_;
     ZeroMemory memory_;
-    std::vector<void*> allocations_;
+    Allocations<Backend> owned_;
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;
     floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
     float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;  // in backend memory
