@@ -122,10 +122,10 @@ public:
     // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
     // computes each position's loss (device_losses(), losses()), and with dloss != 0 leaves
     // d(loss)/d(logits) in place for backward(). It adds nothing up: a caller that wants a sum of
-    // losses keeps its own LossSum.
+    // losses keeps its own LossSum. Training calls zero's begin_micro_step() before it; an
+    // evaluation calls it alone.
     void forward(const int* inputs, const int* targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
-        zero_.begin_micro_step();
         zero_.prefetch(1);  // the first layer's parameters arrive while the embedding's are gathered
         Backend::from_host_pinned(inputs_, inputs, BT * sizeof(int));
         Tensors emb = zero_.params(0);
@@ -539,7 +539,7 @@ std::string sample_text(GPT2<Backend>& model, const Tokenizer& tokenizer, int n,
 
 // One line for each llm.c flag given that this backend cannot act on, so none is silently ignored.
 template <class Backend>
-void note_inapplicable_flags(const TrainConfig& cfg, const Zero<Backend>& zero) {
+void note_inapplicable_flags(const TrainConfig& cfg) {
     if (given(cfg, "-w") && !Backend::has_master_weights)
         printf("note: -w: the %s backend's parameters are fp32 already, so there are no separate master weights\n", Backend::name);
     if (given(cfg, "-f")) printf("note: -f: this trainer's matmuls never use TF32 (fp32 stays fp32), so there is nothing to switch\n");
@@ -571,7 +571,7 @@ struct Run {
     TrainConfig cfg;  // the flags, with the defaults that depend on the run filled in (-u)
     Communicator& comm;
     int rank, world;
-    bool chatty;      // rank 0 and not --quiet: prints the run's lines
+    bool prints_run;  // this rank prints the run's lines: rank 0, unless --quiet
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
     long total_batch = 0;
@@ -587,7 +587,7 @@ struct Run {
     std::vector<int> inputs, targets;
 
     Run(const TrainConfig& flags, Communicator& c)
-        : cfg(flags), comm(c), rank(c.rank()), world(c.world()), chatty(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
+        : cfg(flags), comm(c), rank(c.rank()), world(c.world()), prints_run(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
           sample_rng((uint64_t)flags.seed * 2654435761u + 1), inputs((size_t)flags.B * flags.T), targets((size_t)flags.B * flags.T) {
         if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
@@ -599,7 +599,7 @@ struct Run {
         }
         std::vector<float> init;
         resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
-        if (cfg.resume && resume_step == 0 && chatty) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
+        if (cfg.resume && resume_step == 0 && prints_run) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
         const bool from_random = config_from_descriptor(cfg.init, &mc);
         const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
         if (!weights.empty()) mc = checkpoint_config(weights);
@@ -646,10 +646,10 @@ private:
             fclose(tf);
             tokenizer = std::make_unique<Tokenizer>(cfg.tokenizer);
             if (tokenizer->vocab_size() != mc.vocab_size) {
-                if (chatty) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
+                if (prints_run) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
                 tokenizer.reset();
             }
-        } else if (chatty) {
+        } else if (prints_run) {
             printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
         }
     }
@@ -668,17 +668,17 @@ private:
         sample_rng = state.sample_rng;
         train_data->restore(state.loader);
         if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
-        if (chatty) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
+        if (prints_run) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
     }
     void print_setup() const {
-        if (chatty) {
+        if (prints_run) {
             printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", mc.num_layers, mc.num_heads, mc.channels,
                    mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero->plan().total());
             printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
                    Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps, cfg.warmup);
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
-            note_inapplicable_flags(cfg, *zero);
+            note_inapplicable_flags<Backend>(cfg);
         }
         if (!cfg.quiet) {
             const ZeroMemory& m = zero->memory();
@@ -705,19 +705,19 @@ void evaluate_when_due(Run<Backend>& run, int step, bool last) {
     if (run.val_data && (every(cfg.val_every, step) || last)) {
         const double mine = validation_loss(model, *run.val_data, run.val_batches, run.B, run.T);
         const float val_loss = (float)(run.comm.all_reduce_host(mine) / run.world);
-        if (run.chatty) printf("val loss %.6f\n", val_loss);
+        if (run.prints_run) printf("val loss %.6f\n", val_loss);
         if (run.log) fprintf(run.log, "s:%d tel:%f\n", step, val_loss);
     }
     if (run.hellaswag && ((step > 0 && every(cfg.val_every, step)) || last)) {
         HellaSwagScore score = run.hellaswag->evaluate(model, run.comm);
-        if (run.chatty) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
+        if (run.prints_run) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
         if (run.log) fprintf(run.log, "s:%d eval:%f\n", step, score.accuracy());
         if (run.rank == 0 && !cfg.hellaswag_dump.empty()) run.hellaswag->write_losses(cfg.hellaswag_dump, score);
     }
     if (run.tokenizer && ((step > 0 && every(cfg.sample_every, step)) || last)) {
         // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
         std::string text = sample_text(model, *run.tokenizer, std::min(cfg.gen_len, run.T - 1), run.T, &run.sample_rng);
-        if (run.chatty) printf("generating:\n---\n%s\n---\n", text.c_str());
+        if (run.prints_run) printf("generating:\n---\n%s\n---\n", text.c_str());
     }
 }
 
@@ -732,9 +732,9 @@ StepRecord train_step(Run<Backend>& run, int step) {
     for (int micro = 0; micro < run.accum; micro++) {
         if (cfg.overfit) run.train_data->reset();
         run.train_data->next_batch(run.inputs.data(), run.targets.data());
+        zero.begin_micro_step(micro == run.accum - 1);
         run.model->forward(run.inputs.data(), run.targets.data(), run.B, run.T, dloss);
         run.train_loss.add_batch_mean(run.model->device_losses(), run.B * run.T);
-        zero.reduce_during_backward(micro == run.accum - 1);
         run.model->backward(run.B, run.T);
     }
     StepRecord r{};
@@ -746,7 +746,7 @@ StepRecord train_step(Run<Backend>& run, int step) {
     const bool skip_loss = cfg.skip_loss_z > 0 && r.loss_z > cfg.skip_loss_z, skip_grad = cfg.skip_grad_z > 0 && r.grad_z > cfg.skip_grad_z;
     r.skipped = skip_loss || skip_grad;
     if (r.skipped) {
-        if (run.chatty) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
+        if (run.prints_run) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
     } else {
         zero.update(AdamWStep{r.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, clip_scale(r.norm, cfg.grad_clip), step + 1,
                               (uint32_t)cfg.seed + 7919u * step});
@@ -759,7 +759,7 @@ StepRecord train_step(Run<Backend>& run, int step) {
 template <class Backend>
 void report_step(const Run<Backend>& run, int step, const StepRecord& r, double ms, double elapsed) {
     const double tok_per_s = run.total_batch / (ms / 1000.0);
-    if (run.chatty) {
+    if (run.prints_run) {
         char mfu[32] = "";
         if (strcmp(Backend::name, "cuda") == 0) {
             const double peak = peak_flops(Backend::device_name(), sizeof(typename Backend::floatX) == 2);

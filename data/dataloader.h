@@ -85,8 +85,6 @@ public:
     const std::vector<size_t>& sizes() const { return sizes_; }
 
     void reset() { calls_ = 0; }
-    // as if next_batch had been called `calls` times since reset()
-    void seek(size_t calls) { calls_ = calls; }
 
     // from now on every epoch is read in the order drawn from (seed, epoch)
     void shuffle(uint64_t seed) {

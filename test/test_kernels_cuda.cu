@@ -647,9 +647,9 @@ TEST_F(Cuda, LaunchesPerStep) {
         for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
             const uint64_t before = CudaBackend::launches();
             zero.zero_grads();
+            zero.begin_micro_step(true);
             model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
             loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
-            zero.reduce_during_backward(true);
             model.backward(B, T);
             const float norm = zero.grad_norm();
             zero.update(AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip_scale(norm, 1.0f), s + 1, 42u});

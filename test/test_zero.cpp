@@ -248,8 +248,8 @@ TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
             for (int micro = 0; micro < kAccum; micro++) {
                 std::vector<uint16_t> t = random_tokens(kB * kT + 1, mc.vocab_size, 100 * step + 10 * micro + comm.rank());
                 std::vector<int> tokens(t.begin(), t.end());
+                zero.begin_micro_step(overlap && micro == kAccum - 1);
                 model.forward(tokens.data(), tokens.data() + 1, kB, kT, 1.0f / (kB * kT * kAccum * comm.world()));
-                zero.reduce_during_backward(overlap && micro == kAccum - 1);
                 model.backward(kB, kT);
             }
             const float norm = zero.grad_norm();
