@@ -8,16 +8,8 @@ CXX ?= g++
 MPICXX ?= mpicxx
 CXXFLAGS ?= -O3 -march=native -fno-math-errno -std=c++17 -Wall -Wextra -Wno-unused-parameter -DOMPI_SKIP_MPICXX
 OMPFLAGS = -fopenmp
-# OpenBLAS built for OpenMP shares our OpenMP threads; the pthread build would run its own
-# threads beside them and the two pools fight over the cores.
-OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
-ifeq ($(NO_BLAS),1)
-  BLAS_LIBS =
-  CXXFLAGS += -DNO_BLAS
-else
-  # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
-  BLAS_LIBS = $(if $(shell test -e $(OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(OPENBLAS_OMP) -Xlinker -rpath=$(OPENBLAS_OMP)) -lopenblas
-endif
+include kernels/blas.mk
+CXXFLAGS += $(BLAS_CFLAGS)
 SHARED ?= ../shared/data
 
 ifeq ($(NO_MPI),1)
