@@ -1,7 +1,8 @@
 // GPT-2 training in one file: the model, the flags, the training loop and main().
-// Kernels come from a backend (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built
-// with nvcc); who holds which parameters, gradients and optimizer state across ranks is zero/'s
-// business. Everything here runs the same on both backends.
+// The model's shape and parameter layout are model/shape.h's; kernels come from a backend
+// (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built with nvcc); who holds which
+// parameters, gradients and optimizer state across ranks is zero/'s business, driven from
+// train_step() once per micro-step. Everything here runs the same on both backends.
 #include <omp.h>
 #include <sched.h>
 #include <sys/stat.h>
