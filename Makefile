@@ -8,16 +8,8 @@ CXX ?= g++
 MPICXX ?= mpicxx
 CXXFLAGS ?= -O3 -march=native -fno-math-errno -std=c++17 -Wall -Wextra -Wno-unused-parameter -DOMPI_SKIP_MPICXX
 OMPFLAGS = -fopenmp
-# OpenBLAS built for OpenMP shares our OpenMP threads; the pthread build would run its own
-# threads beside them and the two pools fight over the cores.
-OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
-ifeq ($(NO_BLAS),1)
-  BLAS_LIBS =
-  CXXFLAGS += -DNO_BLAS
-else
-  # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
-  BLAS_LIBS = $(if $(shell test -e $(OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(OPENBLAS_OMP) -Xlinker -rpath=$(OPENBLAS_OMP)) -lopenblas
-endif
+include kernels/blas.mk
+CXXFLAGS += $(BLAS_CFLAGS)
 SHARED ?= ../shared/data
 
 ifeq ($(NO_MPI),1)
@@ -26,7 +18,7 @@ else
   CXX_BUILD = $(MPICXX)
 endif
 
-HEADERS = $(wildcard kernels/*.h kernels/cpu/*.h zero/*.h data/*.h train/*.h)
+HEADERS = $(wildcard common/*.h model/*.h kernels/*.h kernels/cpu/*.h zero/*.h data/*.h train/*.h)
 TINY_DATA = data/tinyshakespeare/tiny_shakespeare_train.bin
 
 .PHONY: all test bench data clean prerequisites-build prerequisites-test gpu-rehearsal
@@ -90,7 +82,7 @@ test: train_gpt $(TEST_BINS) $(TINY_DATA) | prerequisites-test
 	bash test/run_tests.sh
 
 # ZeRO-Offload's host AdamW against this machine's copy bandwidth (make bench runs it)
-scripts/bench_host_adamw: scripts/bench_host_adamw.cpp kernels/cpu/adamw.h kernels/shard_table.h
+scripts/bench_host_adamw: scripts/bench_host_adamw.cpp kernels/cpu/adamw.h kernels/adamw_step.h kernels/shard_table.h common/bf16.h
 	$(CXX) $(CXXFLAGS) $(OMPFLAGS) $< -o $@
 
 bench: train_gpt $(TINY_DATA) scripts/bench_host_adamw

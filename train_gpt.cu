@@ -1,7 +1,8 @@
 // GPT-2 training in one file: the model, the flags, the training loop and main().
-// Kernels come from a backend (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built
-// with nvcc); who holds which parameters, gradients and optimizer state across ranks is zero/'s
-// business. Everything here runs the same on both backends.
+// The model's shape and parameter layout are model/shape.h's; kernels come from a backend
+// (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built with nvcc); who holds which
+// parameters, gradients and optimizer state across ranks is zero/'s business, driven from
+// train_step() once per micro-step. Everything here runs the same on both backends.
 #include <omp.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -21,15 +22,18 @@
 #include <string>
 #include <vector>
 
+#include "common/io.h"
 #include "data/checkpoint.h"
 #include "data/dataloader.h"
-#include "data/hellaswag.h"
-#include "data/io.h"
 #include "data/tokenizer.h"
+#include "kernels/allocations.h"
 #include "kernels/cpu_backend.h"
+#include "model/shape.h"
+#include "train/hellaswag_eval.h"
 #include "train/outlier_detector.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
+#include "train/state_file.h"
 #include "zero/comm.h"
 #include "zero/zero.h"
 #ifdef __CUDACC__
@@ -45,94 +49,7 @@
 #endif
 
 // ----------------------------------------------------------------------------
-// model shape and parameter layout
-
-// Within a layer's group: the tensors LN1W..FCPROJB, in order. Group 0 is {WTE, WPE}, groups
-// 1..L the layers, group L+1 {LNFW, LNFB}.
-enum LayerParam { L_LN1W, L_LN1B, L_QKVW, L_QKVB, L_ATTPROJW, L_ATTPROJB, L_LN2W, L_LN2B, L_FCW,
-                  L_FCB, L_FCPROJW, L_FCPROJB, NUM_LAYER_TENSORS };
-
-// weight decay goes to the 2-D weights only, as in GPT-2
-inline bool decays(int p) { return p == WTE || p == WPE || p == QKVW || p == ATTPROJW || p == FCW || p == FCPROJW; }
-
-// the groups zero/ communicates by: embedding, one per layer, final layernorm
-inline std::vector<std::vector<TensorSlice>> param_groups(const GPT2Config& c) {
-    const ParamLayout p(c);
-    const int L = c.num_layers;
-    std::vector<std::vector<TensorSlice>> g;
-    g.push_back({{p.offset[WTE], p.size[WTE], true}, {p.offset[WPE], p.size[WPE], true}});
-    for (int l = 0; l < L; l++) {
-        std::vector<TensorSlice> layer;
-        for (int t = LN1W; t <= FCPROJB; t++) {
-            size_t per_layer = p.size[t] / L;
-            layer.push_back({p.offset[t] + l * per_layer, per_layer, decays(t)});
-        }
-        g.push_back(layer);
-    }
-    g.push_back({{p.offset[LNFW], p.size[LNFW], false}, {p.offset[LNFB], p.size[LNFB], false}});
-    return g;
-}
-
-// Model shapes by name, as llm.c derives them: "dX" or "gpt2:dX" is GPT-2 of depth X (d12 124M,
-// d24 350M, d36 774M, d48 1558M, and llm.c's unofficial d6, d60, d72, d84); "gpt3:cX" is GPT-3 of
-// X channels (c768 125M ... c12288 175B; dense attention, context 2048). Both with GPT-2's
-// vocabulary. "L=2,NH=4,C=64[,V=...,maxT=...]" spells out a small one. Returns false when desc
-// is none of these (then it is a checkpoint path).
-inline bool named_config(const std::string& desc, GPT2Config* c) {
-    struct Gpt2 { int L, NH, C; };
-    static const Gpt2 gpt2[] = {{6, 6, 384}, {12, 12, 768}, {24, 16, 1024}, {36, 20, 1280}, {48, 25, 1600},
-                                {60, 30, 1920}, {72, 30, 2880}, {84, 36, 3456}};
-    struct Gpt3 { int C, L, head_size; };
-    static const Gpt3 gpt3[] = {{384, 6, 64}, {768, 12, 64}, {1024, 24, 64}, {1536, 24, 96}, {2048, 24, 128},
-                                {2560, 32, 80}, {4096, 32, 128}, {5140, 40, 128}, {12288, 96, 128}};
-    const bool is_gpt3 = desc.rfind("gpt3:c", 0) == 0;
-    const size_t prefix = desc.rfind("gpt2:d", 0) == 0 || is_gpt3 ? 6 : desc.size() > 1 && desc[0] == 'd' ? 1 : 0;
-    if (prefix == 0 || desc.find_first_not_of("0123456789", prefix) != std::string::npos) return false;
-    const int x = atoi(desc.c_str() + prefix);
-    *c = GPT2Config{};
-    for (const auto& g : gpt2)
-        if (!is_gpt3 && g.L == x) {
-            c->num_layers = g.L, c->num_heads = g.NH, c->channels = g.C;
-            return true;
-        }
-    for (const auto& g : gpt3)
-        if (is_gpt3 && g.C == x) {
-            if (g.C % g.head_size != 0) fatal(2, "model descriptor '%s': %d channels are not a whole number of heads of %d", desc.c_str(), g.C, g.head_size);
-            c->num_layers = g.L, c->num_heads = g.C / g.head_size, c->channels = g.C, c->max_seq_len = 2048;
-            return true;
-        }
-    fatal(2, is_gpt3 ? "model descriptor '%s': no GPT-3 with that channel count (expected 384, 768, 1024, 1536, 2048, 2560, 4096, 5140 or 12288)"
-                     : "model descriptor '%s': no GPT-2 of that depth (expected 6, 12, 24, 36, 48, 60, 72 or 84)", desc.c_str());
-}
-
-inline bool config_from_descriptor(const std::string& desc, GPT2Config* c) {
-    if (named_config(desc, c)) return true;
-    if (desc.find('=') == std::string::npos) return false;
-    *c = GPT2Config{};
-    size_t pos = 0;
-    while (pos < desc.size()) {
-        size_t end = desc.find(',', pos);
-        if (end == std::string::npos) end = desc.size();
-        std::string item = desc.substr(pos, end - pos);
-        size_t eq = item.find('=');
-        std::string key = item.substr(0, eq);
-        char* rest = nullptr;
-        long value = eq == std::string::npos ? 0 : strtol(item.c_str() + eq + 1, &rest, 10);
-        if (eq == std::string::npos || *rest != '\0' || value <= 0 || value > (1 << 20))
-            fatal(2, "bad model descriptor item '%s' in '%s' (expected KEY=positive integer)", item.c_str(), desc.c_str());
-        if (key == "L") c->num_layers = (int)value;
-        else if (key == "NH") c->num_heads = (int)value;
-        else if (key == "C") c->channels = (int)value;
-        else if (key == "V") c->vocab_size = (int)value;
-        else if (key == "maxT") c->max_seq_len = (int)value;
-        else fatal(2, "unknown model descriptor key '%s' (expected L, NH, C, V or maxT)", key.c_str());
-        pos = end + 1;
-    }
-    if (c->channels % c->num_heads != 0)
-        fatal(2, "model descriptor '%s': C=%d is not a multiple of NH=%d", desc.c_str(), c->channels, c->num_heads);
-    c->padded_vocab_size = pad_vocab(c->vocab_size);
-    return true;
-}
+// the model
 
 // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L), zero
 // biases, unit layernorm weights. std::mt19937 is specified exactly by the standard; the normal
@@ -160,48 +77,41 @@ inline std::vector<float> random_init(const GPT2Config& c, uint64_t seed) {
     return params;
 }
 
-// ----------------------------------------------------------------------------
-// the model
-
 template <class Backend>
 class GPT2 {
 public:
     using floatX = typename Backend::floatX;
     using Tensors = typename Zero<Backend>::Tensors;
+    static_assert(kLayerTensors <= Zero<Backend>::kMaxGroupTensors, "a layer's group must fit zero/'s Tensors");
 
     // recompute: 0 keeps every activation, 1 recomputes GELU in backward, 2 also the layernorms
     GPT2(const GPT2Config& c, int B, int T, int recompute, Zero<Backend>& zero)
         : c_(c), B_(B), T_(T), recompute_(recompute), zero_(zero) {
         const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
         const size_t ln_copies = recompute >= 2 ? 1 : L, gelu_copies = recompute >= 1 ? 1 : L;
-        encoded_ = alloc<floatX>(BT * C);
-        ln1_ = alloc<floatX>(ln_copies * BT * C);
-        ln2_ = alloc<floatX>(ln_copies * BT * C);
-        ln1_stats_ = alloc<float>(L * 2 * BT);
-        ln2_stats_ = alloc<float>(L * 2 * BT);
-        qkv_ = alloc<floatX>(L * BT * 3 * C);
-        atty_ = alloc<floatX>(L * BT * C);
+        owned_.alloc(&encoded_, BT * C, &activation_bytes_);
+        owned_.alloc(&ln1_, ln_copies * BT * C, &activation_bytes_);
+        owned_.alloc(&ln2_, ln_copies * BT * C, &activation_bytes_);
+        owned_.alloc(&ln1_stats_, L * 2 * BT, &activation_bytes_);
+        owned_.alloc(&ln2_stats_, L * 2 * BT, &activation_bytes_);
+        owned_.alloc(&qkv_, L * BT * 3 * C, &activation_bytes_);
+        owned_.alloc(&atty_, L * BT * C, &activation_bytes_);
         att_saved_per_layer_ = Backend::attention_saved_floats(B, T, c.num_heads);
-        att_saved_ = alloc<float>(L * att_saved_per_layer_);
-        residual2_ = alloc<floatX>(L * BT * C);
-        residual3_ = alloc<floatX>(L * BT * C);
-        fch_ = alloc<floatX>(L * BT * 4 * C);
-        fch_gelu_ = alloc<floatX>(gelu_copies * BT * 4 * C);
-        lnf_ = alloc<floatX>(BT * C);
-        lnf_stats_ = alloc<float>(2 * BT);
-        logits_ = alloc<floatX>(BT * Vp);
-        losses_ = alloc<float>(BT);
-        inputs_ = alloc<int>(BT);
-        targets_ = alloc<int>(BT);
-        activation_bytes_ = allocated_;
-        scratch_ = alloc<floatX>(BT * C);
-        dresidual_ = alloc<floatX>(BT * C);
-        dbuf_ = alloc<floatX>(BT * C);
-        dbuf4_ = alloc<floatX>(BT * 4 * C);
-        scratch_bytes_ = allocated_ - activation_bytes_;
-    }
-    ~GPT2() {
-        for (void* p : allocations_) Backend::release(p);
+        owned_.alloc(&att_saved_, L * att_saved_per_layer_, &activation_bytes_);
+        owned_.alloc(&residual2_, L * BT * C, &activation_bytes_);
+        owned_.alloc(&residual3_, L * BT * C, &activation_bytes_);
+        owned_.alloc(&fch_, L * BT * 4 * C, &activation_bytes_);
+        owned_.alloc(&fch_gelu_, gelu_copies * BT * 4 * C, &activation_bytes_);
+        owned_.alloc(&lnf_, BT * C, &activation_bytes_);
+        owned_.alloc(&lnf_stats_, 2 * BT, &activation_bytes_);
+        owned_.alloc(&logits_, BT * Vp, &activation_bytes_);
+        owned_.alloc(&losses_, BT, &activation_bytes_);
+        owned_.alloc(&inputs_, BT, &activation_bytes_);
+        owned_.alloc(&targets_, BT, &activation_bytes_);
+        owned_.alloc(&scratch_, BT * C, &scratch_bytes_);
+        owned_.alloc(&dresidual_, BT * C, &scratch_bytes_);
+        owned_.alloc(&dbuf_, BT * C, &scratch_bytes_);
+        owned_.alloc(&dbuf4_, BT * 4 * C, &scratch_bytes_);
     }
     GPT2(const GPT2&) = delete;
     GPT2& operator=(const GPT2&) = delete;
@@ -213,10 +123,10 @@ public:
     // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
     // computes each position's loss (device_losses(), losses()), and with dloss != 0 leaves
     // d(loss)/d(logits) in place for backward(). It adds nothing up: a caller that wants a sum of
-    // losses keeps its own LossSum.
+    // losses keeps its own LossSum. Training calls zero's begin_micro_step() before it; an
+    // evaluation calls it alone.
     void forward(const int* inputs, const int* targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
-        zero_.begin_micro_step();
         zero_.prefetch(1);  // the first layer's parameters arrive while the embedding's are gathered
         Backend::from_host_pinned(inputs_, inputs, BT * sizeof(int));
         Tensors emb = zero_.params(0);
@@ -299,13 +209,6 @@ public:
     }
 
 private:
-    template <class T>
-    T* alloc(size_t n) {
-        void* p = Backend::alloc(n * sizeof(T));
-        allocations_.push_back(p);
-        allocated_ += n * sizeof(T);
-        return (T*)p;
-    }
     // per-layer activations are laid out layer-major with stride B*T*width
     floatX* layer(floatX* base, int l, int width) const { return base + (size_t)l * B_ * T_ * width; }
     floatX* ln1(int l) const { return layer(ln1_, recompute_ >= 2 ? 0 : l, c_.channels); }
@@ -319,8 +222,8 @@ private:
     GPT2Config c_;
     int B_, T_, recompute_;
     Zero<Backend>& zero_;
-    std::vector<void*> allocations_;
-    size_t allocated_ = 0, activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
+    Allocations<Backend> owned_;
+    size_t activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
     std::vector<float> host_losses_;
@@ -639,7 +542,7 @@ std::string sample_text(GPT2<Backend>& model, const Tokenizer& tokenizer, int n,
 
 // One line for each llm.c flag given that this backend cannot act on, so none is silently ignored.
 template <class Backend>
-void note_inapplicable_flags(const TrainConfig& cfg, const Zero<Backend>& zero) {
+void note_inapplicable_flags(const TrainConfig& cfg) {
     if (given(cfg, "-w") && !Backend::has_master_weights)
         printf("note: -w: the %s backend's parameters are fp32 already, so there are no separate master weights\n", Backend::name);
     if (given(cfg, "-f")) printf("note: -f: this trainer's matmuls never use TF32 (fp32 stays fp32), so there is nothing to switch\n");
@@ -671,7 +574,7 @@ struct Run {
     TrainConfig cfg;  // the flags, with the defaults that depend on the run filled in (-u)
     Communicator& comm;
     int rank, world;
-    bool chatty;      // rank 0 and not --quiet: prints the run's lines
+    bool prints_run;  // this rank prints the run's lines: rank 0, unless --quiet
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
     long total_batch = 0;
@@ -687,7 +590,7 @@ struct Run {
     std::vector<int> inputs, targets;
 
     Run(const TrainConfig& flags, Communicator& c)
-        : cfg(flags), comm(c), rank(c.rank()), world(c.world()), chatty(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
+        : cfg(flags), comm(c), rank(c.rank()), world(c.world()), prints_run(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
           sample_rng((uint64_t)flags.seed * 2654435761u + 1), inputs((size_t)flags.B * flags.T), targets((size_t)flags.B * flags.T) {
         if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
@@ -699,7 +602,7 @@ struct Run {
         }
         std::vector<float> init;
         resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
-        if (cfg.resume && resume_step == 0 && chatty) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
+        if (cfg.resume && resume_step == 0 && prints_run) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
         const bool from_random = config_from_descriptor(cfg.init, &mc);
         const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
         if (!weights.empty()) mc = checkpoint_config(weights);
@@ -746,10 +649,10 @@ private:
             fclose(tf);
             tokenizer = std::make_unique<Tokenizer>(cfg.tokenizer);
             if (tokenizer->vocab_size() != mc.vocab_size) {
-                if (chatty) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
+                if (prints_run) printf("tokenizer has %d tokens but the model %d: no text samples\n", tokenizer->vocab_size(), mc.vocab_size);
                 tokenizer.reset();
             }
-        } else if (chatty) {
+        } else if (prints_run) {
             printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
         }
     }
@@ -768,17 +671,17 @@ private:
         sample_rng = state.sample_rng;
         train_data->restore(state.loader);
         if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
-        if (chatty) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
+        if (prints_run) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
     }
     void print_setup() const {
-        if (chatty) {
+        if (prints_run) {
             printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", mc.num_layers, mc.num_heads, mc.channels,
                    mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero->plan().total());
             printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
                    Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps, cfg.warmup);
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
-            note_inapplicable_flags(cfg, *zero);
+            note_inapplicable_flags<Backend>(cfg);
         }
         if (!cfg.quiet) {
             const ZeroMemory& m = zero->memory();
@@ -805,19 +708,19 @@ void evaluate_when_due(Run<Backend>& run, int step, bool last) {
     if (run.val_data && (every(cfg.val_every, step) || last)) {
         const double mine = validation_loss(model, *run.val_data, run.val_batches, run.B, run.T);
         const float val_loss = (float)(run.comm.all_reduce_host(mine) / run.world);
-        if (run.chatty) printf("val loss %.6f\n", val_loss);
+        if (run.prints_run) printf("val loss %.6f\n", val_loss);
         if (run.log) fprintf(run.log, "s:%d tel:%f\n", step, val_loss);
     }
     if (run.hellaswag && ((step > 0 && every(cfg.val_every, step)) || last)) {
         HellaSwagScore score = run.hellaswag->evaluate(model, run.comm);
-        if (run.chatty) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
+        if (run.prints_run) printf("HellaSwag: %d/%d = %f\n", score.correct, score.total, score.accuracy());
         if (run.log) fprintf(run.log, "s:%d eval:%f\n", step, score.accuracy());
         if (run.rank == 0 && !cfg.hellaswag_dump.empty()) run.hellaswag->write_losses(cfg.hellaswag_dump, score);
     }
     if (run.tokenizer && ((step > 0 && every(cfg.sample_every, step)) || last)) {
         // every rank generates (stage 3 needs them all for the gathers); rank 0 prints
         std::string text = sample_text(model, *run.tokenizer, std::min(cfg.gen_len, run.T - 1), run.T, &run.sample_rng);
-        if (run.chatty) printf("generating:\n---\n%s\n---\n", text.c_str());
+        if (run.prints_run) printf("generating:\n---\n%s\n---\n", text.c_str());
     }
 }
 
@@ -832,9 +735,9 @@ StepRecord train_step(Run<Backend>& run, int step) {
     for (int micro = 0; micro < run.accum; micro++) {
         if (cfg.overfit) run.train_data->reset();
         run.train_data->next_batch(run.inputs.data(), run.targets.data());
+        zero.begin_micro_step(micro == run.accum - 1);
         run.model->forward(run.inputs.data(), run.targets.data(), run.B, run.T, dloss);
         run.train_loss.add_batch_mean(run.model->device_losses(), run.B * run.T);
-        zero.reduce_during_backward(micro == run.accum - 1);
         run.model->backward(run.B, run.T);
     }
     StepRecord r{};
@@ -846,10 +749,10 @@ StepRecord train_step(Run<Backend>& run, int step) {
     const bool skip_loss = cfg.skip_loss_z > 0 && r.loss_z > cfg.skip_loss_z, skip_grad = cfg.skip_grad_z > 0 && r.grad_z > cfg.skip_grad_z;
     r.skipped = skip_loss || skip_grad;
     if (r.skipped) {
-        if (run.chatty) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
+        if (run.prints_run) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
     } else {
-        zero.update(r.norm, r.lr, AdamHyper{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, cfg.grad_clip, step + 1,
-                    (uint32_t)cfg.seed + 7919u * step);
+        zero.update(AdamWStep{r.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, clip_scale(r.norm, cfg.grad_clip), step + 1,
+                              (uint32_t)cfg.seed + 7919u * step});
     }
     return r;
 }
@@ -859,7 +762,7 @@ StepRecord train_step(Run<Backend>& run, int step) {
 template <class Backend>
 void report_step(const Run<Backend>& run, int step, const StepRecord& r, double ms, double elapsed) {
     const double tok_per_s = run.total_batch / (ms / 1000.0);
-    if (run.chatty) {
+    if (run.prints_run) {
         char mfu[32] = "";
         if (strcmp(Backend::name, "cuda") == 0) {
             const double peak = peak_flops(Backend::device_name(), sizeof(typename Backend::floatX) == 2);

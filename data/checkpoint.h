@@ -1,7 +1,7 @@
-// The files of a checkpoint, in llm.c's formats: the model (model_N.bin: its shape and its
-// parameters) and the state beside it (state_N.bin: what -y 1 needs besides the parameters to
-// continue bit for bit). The model file's parameter order is llm.c's, which is also the order of
-// the flat parameter buffer the trainer and zero/ work on (ParamLayout).
+// The model file of a checkpoint, in llm.c's format (model_N.bin: the model's shape and its
+// parameters; the state beside it, state_N.bin, is train/state_file.h's). Its parameter order is
+// llm.c's, which is also the order of the flat parameter buffer the trainer and zero/ work on
+// (model/shape.h's ParamLayout).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -9,44 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "../train/outlier_detector.h"
-#include "dataloader.h"
-#include "io.h"
-
-// the model's shape, as the checkpoint header stores it
-struct GPT2Config {
-    int max_seq_len = 1024;  // maxT
-    int vocab_size = 50257;  // V
-    int padded_vocab_size = 50304;  // Vp: V rounded up to 128, for aligned matmuls
-    int num_layers = 12;     // L
-    int num_heads = 12;      // NH
-    int channels = 768;      // C
-};
-
-inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
-
-// The 16 parameter tensors in llm.c's order, which is also the checkpoint's order.
-enum Param { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB,
-             FCPROJW, FCPROJB, LNFW, LNFB, NUM_PARAM_TENSORS };
-
-// where each tensor sits in the flat parameter buffer (and in the checkpoint after its header)
-struct ParamLayout {
-    size_t size[NUM_PARAM_TENSORS];
-    size_t offset[NUM_PARAM_TENSORS];
-    size_t total = 0;
-
-    explicit ParamLayout(const GPT2Config& c) {
-        const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
-        const size_t sizes[NUM_PARAM_TENSORS] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
-                                                 L * C * C, L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
-                                                 L * C * 4 * C, L * C, C, C};
-        for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-            size[i] = sizes[i];
-            offset[i] = total;
-            total += sizes[i];
-        }
-    }
-};
+#include "../common/bf16.h"
+#include "../common/io.h"
+#include "../model/shape.h"
 
 // ----------------------------------------------------------------------------
 // model_N.bin: int32 header[256]: magic 20240326, version, maxT, V, L, NH, C, Vp; then the
@@ -56,30 +21,15 @@ struct ParamLayout {
 
 constexpr int kCheckpointMagic = 20240326;
 constexpr int kCheckpointFp32 = 3, kCheckpointBf16 = 5;
+constexpr FileFormat kCheckpointFormat{"checkpoint", "the checkpoint header", kCheckpointMagic, 0};  // 3 or 5
 
 // the version for parameters of param_bytes bytes each (fp32: 4, bf16: 2)
 constexpr int checkpoint_version(size_t param_bytes) { return param_bytes == 2 ? kCheckpointBf16 : kCheckpointFp32; }
 
-inline float bf16_bits_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-// round to nearest, ties to even; exact for values that are bf16 already (a bf16 build's)
-inline uint16_t float_to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
 // the header of an open checkpoint -> *c, checked against itself and the file's size; returns
 // the bytes per parameter (4 or 2)
 inline size_t read_checkpoint_header(FILE* f, const std::string& path, GPT2Config* c) {
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the checkpoint header");
-    if (h[0] != kCheckpointMagic) fatal(1, "%s: bad magic %d in checkpoint (expected %d)", path.c_str(), h[0], kCheckpointMagic);
+    const FileHeader h = read_header(f, path, kCheckpointFormat);
     if (h[1] != kCheckpointFp32 && h[1] != kCheckpointBf16)
         fatal(1, "%s: unsupported checkpoint version %d (expected 3 for fp32 or 5 for bf16)", path.c_str(), h[1]);
     c->max_seq_len = h[2];
@@ -90,7 +40,7 @@ inline size_t read_checkpoint_header(FILE* f, const std::string& path, GPT2Confi
     c->padded_vocab_size = h[7];
     if (h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] <= 0 || h[6] <= 0 || h[6] % h[5] != 0 || h[7] < h[3])
         fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]);
-    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = sizeof(h) + ParamLayout(*c).total * elem;
+    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = kHeaderBytes + ParamLayout(*c).total * elem;
     if (file_size(f) != expected)
         fatal(1, "%s: checkpoint is %zu bytes, expected %zu for this header", path.c_str(), file_size(f), expected);
     return elem;
@@ -122,7 +72,7 @@ inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c
 }
 
 inline void write_checkpoint(const std::string& path, const GPT2Config& c, const std::vector<float>& params, int version) {
-    int32_t h[256] = {kCheckpointMagic, version, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    int32_t h[kHeaderInts] = {kCheckpointMagic, version, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
     AtomicFile f(path);
     f.write(h, sizeof(h));
     if (version == kCheckpointFp32) {
@@ -133,75 +83,4 @@ inline void write_checkpoint(const std::string& path, const GPT2Config& c, const
         f.write(bf16.data(), bf16.size() * sizeof(uint16_t));
     }
     f.commit();
-}
-
-// ----------------------------------------------------------------------------
-// state_N.bin: int32 header[256]: magic 20240527, version 3 (llm.c's version 1 keeps one file
-// per rank; this one is unsharded, so a run may resume with another ZeRO stage or world size),
-// completed steps, 1 if master weights follow, then as uint64 from int 4 on: the parameter
-// count, the sampling generator's state, and the training loader's position (windows read by
-// all ranks), window size, windows per epoch and shuffle seed; int 16: 1 if shuffled. Then fp32
-// m, v and, if present, the fp32 master weights (where llm.c keeps them too: a bf16 model file
-// holds only the rounded parameters), each in the checkpoint's parameter order; if shuffled,
-// the current epoch's window order (uint32 per window); then the loss and gradient-norm outlier
-// detectors (OutlierDetector::State each).
-constexpr int kStateMagic = 20240527;
-constexpr int kStateVersion = 3;
-
-struct OptimizerState {
-    int step = 0;
-    uint64_t sample_rng = 0;
-    std::vector<float> m, v, master;  // master empty when the run keeps none
-    LoaderState loader;
-    OutlierDetector::State loss_z{}, grad_z{};
-};
-
-inline void write_state(const std::string& path, const OptimizerState& s) {
-    int32_t h[256] = {kStateMagic, kStateVersion, s.step, s.master.empty() ? 0 : 1};
-    const uint64_t u64[] = {s.m.size(), s.sample_rng, s.loader.position, s.loader.window, s.loader.windows, s.loader.seed};
-    memcpy(h + 4, u64, sizeof(u64));
-    h[16] = s.loader.shuffled;
-    AtomicFile f(path);
-    f.write(h, sizeof(h));
-    for (const auto* x : {&s.m, &s.v, &s.master}) f.write(x->data(), x->size() * sizeof(float));
-    f.write(s.loader.order.data(), s.loader.order.size() * sizeof(uint32_t));
-    f.write(&s.loss_z, sizeof(s.loss_z));
-    f.write(&s.grad_z, sizeof(s.grad_z));
-    f.commit();
-}
-
-inline OptimizerState read_state(const std::string& path, size_t num_params, bool want_master) {
-    FILE* f = open_file(path, "rb");
-    int32_t h[256];
-    read_exact(h, sizeof(h), f, path, "the state header");
-    if (h[0] != kStateMagic) fatal(1, "%s: bad magic %d in optimizer state (expected %d)", path.c_str(), h[0], kStateMagic);
-    if (h[1] != kStateVersion) fatal(1, "%s: unsupported optimizer state version %d (expected %d)", path.c_str(), h[1], kStateVersion);
-    OptimizerState s;
-    uint64_t u64[6];
-    memcpy(u64, h + 4, sizeof(u64));
-    const uint64_t count = u64[0];
-    s.step = h[2];
-    s.sample_rng = u64[1];
-    s.loader.position = u64[2], s.loader.window = u64[3], s.loader.windows = u64[4], s.loader.seed = u64[5];
-    s.loader.shuffled = h[16];
-    if (count != num_params) fatal(1, "%s: state for %llu parameters, the model has %zu", path.c_str(), (unsigned long long)count, num_params);
-    const size_t arrays = h[3] ? 3 : 2, order = s.loader.shuffled ? s.loader.windows : 0;
-    const size_t expected = sizeof(h) + arrays * count * sizeof(float) + order * sizeof(uint32_t) + 2 * sizeof(OutlierDetector::State);
-    if (file_size(f) != expected) fatal(1, "%s: optimizer state is %zu bytes, expected %zu", path.c_str(), file_size(f), expected);
-    for (auto* x : {&s.m, &s.v}) {
-        x->resize(count);
-        read_exact(x->data(), count * sizeof(float), f, path, "optimizer state");
-    }
-    if (h[3] && want_master) {
-        s.master.resize(count);
-        read_exact(s.master.data(), count * sizeof(float), f, path, "master weights");
-    } else if (h[3]) {
-        fseek(f, (long)(count * sizeof(float)), SEEK_CUR);
-    }
-    s.loader.order.resize(order);
-    read_exact(s.loader.order.data(), order * sizeof(uint32_t), f, path, "the window order");
-    read_exact(&s.loss_z, sizeof(s.loss_z), f, path, "the outlier detectors");
-    read_exact(&s.grad_z, sizeof(s.grad_z), f, path, "the outlier detectors");
-    fclose(f);
-    return s;
 }

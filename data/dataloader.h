@@ -22,20 +22,18 @@
 #include <string>
 #include <vector>
 
-#include "io.h"
+#include "../common/io.h"
 
 constexpr int kShardMagic = 20240520;
 constexpr int kShardVersion = 1;
+constexpr FileFormat kShardFormat{"token shard", "the shard header", kShardMagic, kShardVersion};
 
 // Checks the header and that the file holds exactly the tokens it announces; returns the count.
 inline size_t validate_shard(const std::string& path) {
     FILE* f = open_file(path, "rb");
-    int32_t header[256];
-    read_exact(header, sizeof(header), f, path, "the shard header");
-    if (header[0] != kShardMagic) fatal(1, "%s: bad magic %d in token shard (expected %d)", path.c_str(), header[0], kShardMagic);
-    if (header[1] != kShardVersion) fatal(1, "%s: unsupported token shard version %d (expected %d)", path.c_str(), header[1], kShardVersion);
+    const FileHeader header = read_header(f, path, kShardFormat);
     size_t tokens = (size_t)(uint32_t)header[2];
-    size_t expected = sizeof(header) + tokens * sizeof(uint16_t), actual = file_size(f);
+    size_t expected = kHeaderBytes + tokens * sizeof(uint16_t), actual = file_size(f);
     fclose(f);
     if (actual != expected)
         fatal(1, "%s: file is %zu bytes but its header announces %zu tokens (%zu bytes)", path.c_str(), actual, tokens, expected);
@@ -87,8 +85,6 @@ public:
     const std::vector<size_t>& sizes() const { return sizes_; }
 
     void reset() { calls_ = 0; }
-    // as if next_batch had been called `calls` times since reset()
-    void seek(size_t calls) { calls_ = calls; }
 
     // from now on every epoch is read in the order drawn from (seed, epoch)
     void shuffle(uint64_t seed) {
@@ -147,7 +143,7 @@ public:
             shard_ = shard;
         }
         const size_t position = (w - first_window_[shard]) * window_;
-        fseek(file_, (long)(1024 + position * sizeof(uint16_t)), SEEK_SET);
+        fseek(file_, (long)(kHeaderBytes + position * sizeof(uint16_t)), SEEK_SET);
         read_exact(buf_.data(), buf_.size() * sizeof(uint16_t), file_, files_[shard], "tokens");
         for (size_t i = 0; i <= window_; i++)
             if (buf_[i] >= vocab_)

@@ -7,22 +7,19 @@
 #include <string>
 #include <vector>
 
-#include "io.h"
+#include "../common/io.h"
 
-constexpr uint32_t kTokenizerMagic = 20240328;
-constexpr uint32_t kTokenizerVersion = 2;
+constexpr FileFormat kTokenizerFormat{"tokenizer", "the tokenizer header", 20240328, 2};
 
 class Tokenizer {
 public:
     explicit Tokenizer(const std::string& path) {
         FILE* f = open_file(path, "rb");
-        uint32_t header[256];
-        read_exact(header, sizeof(header), f, path, "the tokenizer header");
-        if (header[0] != kTokenizerMagic) fatal(1, "%s: bad magic %u in tokenizer (expected %u)", path.c_str(), header[0], kTokenizerMagic);
-        if (header[1] != kTokenizerVersion) fatal(1, "%s: unsupported tokenizer version %u (expected %u)", path.c_str(), header[1], kTokenizerVersion);
-        eot_ = (int)header[3];
-        if (header[3] >= header[2]) fatal(1, "%s: end-of-text token %u is outside the vocabulary of %u", path.c_str(), header[3], header[2]);
-        tokens_.resize(header[2]);
+        const FileHeader header = read_header(f, path, kTokenizerFormat);
+        const uint32_t vocab = (uint32_t)header[2], eot = (uint32_t)header[3];
+        if (eot >= vocab) fatal(1, "%s: end-of-text token %u is outside the vocabulary of %u", path.c_str(), eot, vocab);
+        eot_ = (int)eot;
+        tokens_.resize(vocab);
         for (auto& t : tokens_) {
             unsigned char len;
             read_exact(&len, 1, f, path, "a token length");

@@ -9,7 +9,7 @@
 #pragma once
 #include <cmath>
 
-#include "host_device.h"
+#include "../common/host_device.h"
 
 namespace attn {
 

@@ -15,7 +15,7 @@
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/residual.h"
-#include "../data/io.h"
+#include "../common/io.h"
 #include "shard_table.h"
 
 struct CpuBackend {
@@ -124,11 +124,9 @@ struct CpuBackend {
     // AdamW over this rank's shard, as the table maps it (master is unused here: fp32 params;
     // seed feeds stochastic rounding where parameters are bf16)
     static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                             const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
-                             float grad_scale, int t, uint32_t seed) {
+                             const ShardTable& table, const AdamWStep& s) {
         (void)master;
-        adamw_update_host(params, nullptr, grads, m, v, table.host, table.count, lr, beta1, beta2, eps, wd, grad_scale,
-                          t, seed);
+        adamw_update_host(params, nullptr, grads, m, v, table.host, table.count, s);
     }
     // *out = sum of squares of the shard's gradients (out lives in backend memory)
     static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
@@ -149,10 +147,8 @@ struct CpuBackend {
     static uint64_t transfer_mark() { return 0; }
     static void transfer_wait(uint64_t) {}
     static void adamw_update_host(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                                  const ShardTensor* table, int count, float lr, float beta1, float beta2, float eps,
-                                  float wd, float grad_scale, int t, uint32_t seed) {
-        cpu::adamw_update(params, master, grads, m, v, table, count,
-                          cpu::AdamWStep{lr, beta1, beta2, eps, wd, grad_scale, t, seed});
+                                  const ShardTensor* table, int count, const AdamWStep& s) {
+        cpu::adamw_update(params, master, grads, m, v, table, count, s);
     }
     static size_t device_memory_in_use() { return 0; }  // no device
 };

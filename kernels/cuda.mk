@@ -57,26 +57,18 @@ endif
 
 # host warnings as the CPU build has them; nvcc's own warnings are errors
 NVCC_HOST_FLAGS = -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp,-march=native,-fno-math-errno
-# the OpenMP build of OpenBLAS when installed, as the Makefile does
-NVCC_OPENBLAS_OMP = /usr/lib/x86_64-linux-gnu/openblas-openmp
-ifeq ($(NO_BLAS),1)
-  NVCC_BLAS_CFLAGS = -DNO_BLAS
-  NVCC_BLAS_LIBS =
-else
-  # asked when a recipe links, not when make starts: scripts/prerequisites.sh may just have installed it
-  NVCC_BLAS_LIBS = $(if $(shell test -e $(NVCC_OPENBLAS_OMP)/libopenblas.so && echo yes),-L$(NVCC_OPENBLAS_OMP) -Xlinker -rpath=$(NVCC_OPENBLAS_OMP)) -lopenblas
-endif
+include kernels/blas.mk
 # NVCC_WERROR= turns nvcc's warnings back into warnings (scripts/gpu_check.sh: another toolkit
 # version may warn where this one does not, and it reports them rather than fail the build)
 NVCC_WERROR ?= -Werror all-warnings
 # -lineinfo: compute-sanitizer and Nsight Compute name the source line of a kernel's fault
-NVCC_FLAGS = -x cu -std=c++17 -O3 -lineinfo -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_KERNELS) $(NVCC_BLAS_CFLAGS) $(NVCC_HOST_FLAGS) $(NVCC_WERROR)
-NVCC_LIBS = -lcublasLt -lcublas $(NVCC_BLAS_LIBS)
+NVCC_FLAGS = -x cu -std=c++17 -O3 -lineinfo -I. $(NVCC_ARCH_FLAGS) $(NVCC_PRECISION) $(NVCC_KERNELS) $(BLAS_CFLAGS) $(NVCC_HOST_FLAGS) $(NVCC_WERROR)
+NVCC_LIBS = -lcublasLt -lcublas $(BLAS_LIBS)
 # everything train_gpt.cu needs from nvcc: `$(NVCC) $(NVCC_TRAIN_FLAGS) train_gpt.cu -o ... $(NVCC_TRAIN_LIBS)`
 NVCC_TRAIN_FLAGS = $(NVCC_FLAGS) $(NVCC_MPI_CFLAGS)
 NVCC_TRAIN_LIBS = $(NVCC_LIBS) $(NVCC_MPI_LIBS)
 
-CUDA_HEADERS = $(wildcard kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h train/*.h)
+CUDA_HEADERS = $(wildcard common/*.h model/*.h kernels/*.h kernels/*.cuh kernels/cpu/*.h kernels/cuda/*.cuh zero/*.h data/*.h train/*.h)
 
 # GoogleTest from the system, or from GTEST_ROOT (include/, lib/) as a system header directory
 GTEST_FLAGS = $(if $(GTEST_ROOT),-isystem $(GTEST_ROOT)/include -L$(GTEST_ROOT)/lib) -lgtest -lpthread

@@ -193,9 +193,8 @@ struct CudaBackend {
     static void mean_loss_add(double* acc, const float* losses, int N) { gpu::mean_loss_add(acc, losses, N); }
     // one launch each over this rank's shard, as the table maps it
     static void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                             const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
-                             float grad_scale, int t, uint32_t seed) {
-        gpu::adamw_update(params, master, grads, m, v, table, lr, beta1, beta2, eps, wd, grad_scale, t, seed);
+                             const ShardTable& table, const AdamWStep& s) {
+        gpu::adamw_update(params, master, grads, m, v, table, s);
     }
     // *out = sum of squares of the shard's gradients (out is device memory)
     static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
@@ -230,10 +229,8 @@ struct CudaBackend {
     using HostX = uint16_t;  // bf16 bits: the host kernel's view of floatX
 #endif
     static void adamw_update_host(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                                  const ShardTensor* table, int count, float lr, float beta1, float beta2, float eps,
-                                  float wd, float grad_scale, int t, uint32_t seed) {
-        cpu::adamw_update((HostX*)params, master, (const HostX*)grads, m, v, table, count,
-                          cpu::AdamWStep{lr, beta1, beta2, eps, wd, grad_scale, t, seed});
+                                  const ShardTensor* table, int count, const AdamWStep& s) {
+        cpu::adamw_update((HostX*)params, master, (const HostX*)grads, m, v, table, count, s);
     }
     // bytes of device memory in use by every process on this GPU
     static size_t device_memory_in_use() {

@@ -33,7 +33,7 @@ double median_seconds(int repeats, F f) {
 }
 
 void plain_adamw(uint16_t* params, float* master, const uint16_t* grads, float* m, float* v, size_t n, uint64_t flat,
-                 const cpu::AdamWStep& s) {
+                 const AdamWStep& s) {
     const float bc1 = 1.0f - powf(s.beta1, (float)s.t), bc2 = 1.0f - powf(s.beta2, (float)s.t);
     for (size_t i = 0; i < n; i++) {
         const float g = cpu::param_to_float(grads[i]) * s.grad_scale;
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     std::vector<float> master(n, 0.5f), m(n, 0.01f), v(n, 1e-4f);
     std::vector<uint16_t> staging(n, 0x3c00);  // gradients in, parameters out
     const std::vector<ShardTensor> table = {{0, n, 0, 0, 0, 0, 1}};
-    const cpu::AdamWStep step{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10, 42};
+    const AdamWStep step{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10, 42};
 
     std::vector<char> from(n * 28 / 2), to(from.size());  // as many bytes as the update moves
     const double copy = median_seconds(repeats, [&] {

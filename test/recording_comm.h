@@ -71,7 +71,7 @@ public:
         log_.push_back({What::Wait, -1, ticket});
     }
     void note(Event event, int group) override {
-        if (event == Event::Serves) serves_ = group;
+        if (event == Event::NextCollectiveMoves) serves_ = group;
         else log_.push_back({event == Event::ParamsWanted ? What::ParamsWanted : event == Event::GradsDone ? What::GradsDone : What::GradsToHost, group});
     }
 

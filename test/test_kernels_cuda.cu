@@ -694,10 +694,10 @@ void check_adamw(size_t n) {
     Dev<X> d_param = up(param), d_grad = up(grad);
     Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
     float* master_p = G::has_master_weights ? d_master.p : nullptr;
-    G::adamw_update(d_param.p, master_p, d_grad.p, d_m.p, d_v.p, table.table, lr, b1, b2, eps, wd, scale, t, seed);
+    G::adamw_update(d_param.p, master_p, d_grad.p, d_m.p, d_v.p, table.table, AdamWStep{lr, b1, b2, eps, wd, scale, t, seed});
     std::vector<float>& ref = G::has_master_weights ? master : param;
-    CpuBackend::adamw_update(ref.data(), nullptr, grad.data(), m.data(), v.data(), table.table, lr, b1, b2, eps, wd,
-                             scale, t, seed);
+    CpuBackend::adamw_update(ref.data(), nullptr, grad.data(), m.data(), v.data(), table.table,
+                             AdamWStep{lr, b1, b2, eps, wd, scale, t, seed});
     expect_close(down(d_m), m, {1e-6f, 1e-5f}, "adamw m");
     expect_close(down(d_v), v, {1e-6f, 1e-5f}, "adamw v");
     std::vector<float> got = down(d_param);
@@ -742,8 +742,8 @@ std::vector<unsigned char> adamw_bits(const std::vector<float>& master, const st
     DevTable table(entries);
     Dev<X> p = up(shard_master), g = up(shard_grad);
     Dev<float> mw = up_raw(shard_master), m(n), v(n);
-    G::adamw_update(p.p, G::has_master_weights ? mw.p : nullptr, g.p, m.p, v.p, table.table, 1e-3f, 0.9f, 0.95f,
-                    1e-8f, 0.0f, 1.0f, 1, seed);
+    G::adamw_update(p.p, G::has_master_weights ? mw.p : nullptr, g.p, m.p, v.p, table.table,
+                    AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, seed});
     std::vector<unsigned char> shard = bytes(p), flat(n * sizeof(X));
     for (const ShardTensor& t : entries)
         memcpy(flat.data() + t.flat_index * sizeof(X), shard.data() + t.param_offset * sizeof(X), t.n * sizeof(X));
@@ -783,14 +783,14 @@ TEST_F(Cuda, HostAdamWMatchesTheGpuKernel) {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
     Dev<X> d_param = up(master), d_grad = up(grad);
     Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
-    G::adamw_update(d_param.p, G::has_master_weights ? d_master.p : nullptr, d_grad.p, d_m.p, d_v.p, table.table, lr, b1, b2,
-                    eps, wd, scale, 3, 77);
+    G::adamw_update(d_param.p, G::has_master_weights ? d_master.p : nullptr, d_grad.p, d_m.p, d_v.p, table.table,
+                    AdamWStep{lr, b1, b2, eps, wd, scale, 3, 77});
     // the host's staging: floatX gradients in, floatX parameters out
     std::vector<X> staging(n);
     G::to_host(staging.data(), d_grad.p, n * sizeof(X));
     std::vector<float> h_master = G::has_master_weights ? master : down(up(master));
     G::adamw_update_host(staging.data(), h_master.data(), staging.data(), m.data(), v.data(), entries.data(),
-                         (int)entries.size(), lr, b1, b2, eps, wd, scale, 3, 77);
+                         (int)entries.size(), AdamWStep{lr, b1, b2, eps, wd, scale, 3, 77});
     expect_close(m, down(d_m), {1e-6f, 1e-5f}, "host adamw m");
     expect_close(v, down(d_v), {1e-6f, 1e-5f}, "host adamw v");
     if (G::has_master_weights) expect_close(h_master, down(d_master), {1e-6f, 1e-6f}, "host adamw master");
@@ -841,18 +841,19 @@ std::vector<float> train_steps(const GPT2Config& mc, const std::vector<float>& i
     GPT2<Backend> model(mc, B, T, opt.recompute, zero);
     LossSum<Backend> loss;
     std::vector<float> losses;
-    const AdamHyper hyper{0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < steps; s++) {
         zero.zero_grads();
         for (int micro = 0; micro < opt.accum; micro++) {
             const int* in = tokens.data() + (size_t)micro * B * T;
+            zero.begin_micro_step(micro == opt.accum - 1);
             model.forward(in, in + 1, B, T, 1.0f / (B * T * opt.accum));
             loss.add_batch_mean(model.device_losses(), B * T);
-            zero.reduce_during_backward(micro == opt.accum - 1);
             model.backward(B, T);
         }
         losses.push_back((float)(loss.take() / opt.accum));
-        norms->push_back(zero.step(1e-3f, hyper, 1.0f, s + 1, 42u + s));
+        const float norm = zero.grad_norm();
+        zero.update(AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip_scale(norm, 1.0f), s + 1, 42u + s});
+        norms->push_back(norm);
     }
     return losses;
 }
@@ -938,11 +939,12 @@ TEST_F(Cuda, LaunchesPerStep) {
         for (int s = 0; s < 2; s++) {  // the second step, once every buffer and plan exists
             const uint64_t before = CudaBackend::launches();
             zero.zero_grads();
+            zero.begin_micro_step(true);
             model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
             loss.add_batch_mean(model.device_losses(), B * T);  // as train_step() sums the loss
-            zero.reduce_during_backward(true);
             model.backward(B, T);
-            zero.step(1e-3f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f, s + 1, 42u);
+            const float norm = zero.grad_norm();
+            zero.update(AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, clip_scale(norm, 1.0f), s + 1, 42u});
             loss.take();
             launches[s] = CudaBackend::launches() - before;
         }

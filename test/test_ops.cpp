@@ -578,7 +578,7 @@ TEST(Ops, AdamW) {
     auto param = random_floats(P + n, 28), grad = random_floats(G + n, 29), m = random_floats(n, 30, -0.1f, 0.1f),
          v = random_floats(n, 31, 0.0f, 0.01f);
     const std::vector<ShardTensor> table = {{0, 20, P + 30, G + 30, 30, 0, 1}, {20, 10, P + 20, G, 20, 0, 0}, {30, 20, P, G + 10, 0, 0, 1}};
-    const cpu::AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-6f, 0.1f, 0.5f, 3, 0};
+    const AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-6f, 0.1f, 0.5f, 3, 0};
     Vec want_p = widen(param), want_m = widen(m), want_v = widen(v);
     // g = scale grad; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
     for (const ShardTensor& e : table)
@@ -614,7 +614,7 @@ TEST(Ops, AdamWBf16ParametersRoundStochastically) {
     }
     const uint64_t flat = (1ull << 32) - 5000;  // the first tensor's place: it crosses 2^32
     const std::vector<ShardTensor> table = {{0, a, 0, 0, 0, flat, 1}, {a, n - a, a, a, a, flat + a, 0}};
-    const cpu::AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3, 1234};
+    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3, 1234};
     std::vector<float> want_master = master, want_m = m, want_v = v;
     cpu::adamw_update(want_master.data(), (float*)nullptr, grad.data(), want_m.data(), want_v.data(), table.data(), 2, s);
     auto update = [&](const std::vector<ShardTensor>& t, int threads, std::vector<float>* master_out) {

@@ -129,14 +129,15 @@ ModelRun run_debug_state(const DebugState& s, const GPT2Config& c, const std::ve
     run.grads = gradients_to_host(zero);
 
     zero.load(init.data());  // the steps start from the same parameters
-    const AdamHyper hyper{s.beta1, s.beta2, s.eps, s.weight_decay};
     for (int step = 0; step < s.steps; step++) {
         zero.zero_grads();
         model.forward(s.x.data(), s.y.data(), s.B, s.T, 1.0f / (s.B * s.T));
         loss.add_batch_mean(model.device_losses(), s.B * s.T);
         run.losses.push_back((float)loss.take());
         model.backward(s.B, s.T);
-        run.norms.push_back(zero.step(s.lr, hyper, s.grad_clip, step + 1, 1234u + step));
+        const float norm = zero.grad_norm();
+        zero.update(AdamWStep{s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, clip_scale(norm, s.grad_clip), step + 1, 1234u + step});
+        run.norms.push_back(norm);
     }
     run.params.resize(zero.plan().total());
     zero.save(run.params.data());

@@ -242,18 +242,19 @@ TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
         Zero<TestBackend> zero(stage, param_groups(mc), comm);
         zero.load(init.data());
         GPT2<TestBackend> model(mc, kB, kT, 0, zero);
-        const AdamHyper hyper{0.9f, 0.95f, 1e-6f, 0.1f};
         std::vector<float> result;
         for (int step = 0; step < 3; step++) {
             zero.zero_grads();
             for (int micro = 0; micro < kAccum; micro++) {
                 std::vector<uint16_t> t = random_tokens(kB * kT + 1, mc.vocab_size, 100 * step + 10 * micro + comm.rank());
                 std::vector<int> tokens(t.begin(), t.end());
+                zero.begin_micro_step(overlap && micro == kAccum - 1);
                 model.forward(tokens.data(), tokens.data() + 1, kB, kT, 1.0f / (kB * kT * kAccum * comm.world()));
-                zero.reduce_during_backward(overlap && micro == kAccum - 1);
                 model.backward(kB, kT);
             }
-            result.push_back(zero.step(1e-2f, hyper, 1.0f, step + 1, 99u + step));
+            const float norm = zero.grad_norm();
+            zero.update(AdamWStep{1e-2f, 0.9f, 0.95f, 1e-6f, 0.1f, clip_scale(norm, 1.0f), step + 1, 99u + step});
+            result.push_back(norm);
         }
         std::vector<float> params(zero.plan().total());
         zero.save(params.data());
@@ -432,7 +433,8 @@ TEST_P(ZeroStage, UpdateIsBitIdenticalToOneRank) {
                 TestBackend::upload_fp32(t[i], grads.data() + tensors[i].slice.offset, tensors[i].slice.n);
             zero.grads_done(g);
         }
-        zero.step(1e-2f, AdamHyper{0.9f, 0.95f, 1e-8f, 0.1f}, 0.0f, 1, 1234u);
+        zero.grad_norm();
+        zero.update(AdamWStep{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 1234u});  // no clipping
         std::vector<float> params(layout.total);
         zero.save(params.data());
         return params;

@@ -2,7 +2,7 @@
 // model_N.bin (parameters), state_N.bin (optimizer and loader state) and an empty DONE_N,
 // written last, once the checkpoint is complete. A run killed at any point leaves either a
 // complete checkpoint with its DONE file or one -y 1 does not use; files being written are
-// name.tmp until renamed (data/io.h's AtomicFile), and leftovers are removed at the next start.
+// name.tmp until renamed (common/io.h's AtomicFile), and leftovers are removed at the next start.
 #pragma once
 #include <glob.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "../data/io.h"
+#include "../common/io.h"
 
 // dir/model_00000020.bin etc.; kind "DONE" has no extension
 inline std::string checkpoint_path(const std::string& dir, const char* kind, int step) {

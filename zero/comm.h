@@ -1,7 +1,7 @@
 // The one interface through which ranks talk. zero/ and the training loop call only these; an
 // MPI implementation (host memory, or device memory staged through the host) and an NCCL one
-// (device memory) sit behind it. Each collective also comes in an asynchronous form, so ZeRO
-// can move one layer while the next is computed. Every collective is a sum where it reduces,
+// (device memory) sit behind it. The collectives are asynchronous (a ticket to wait for), so
+// ZeRO can move one layer while the next is computed. Every collective is a sum where it reduces,
 // and counts the bytes it moves per rank the way the ZeRO paper does: an all-reduce of n
 // elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter or all-gather
 // over n elements in total moves n.
@@ -47,8 +47,6 @@ public:
         return start_all_gather(send, recv, n, t);
     }
     virtual void wait(Ticket) {}
-    void reduce_scatter(const void* send, void* recv, size_t n, DType t) { wait(reduce_scatter_async(send, recv, n, t)); }
-    void all_gather(const void* send, void* recv, size_t n, DType t) { wait(all_gather_async(send, recv, n, t)); }
     // host memory, from root to all
     void broadcast_host(void* buf, size_t bytes, int root) {
         counters_.broadcast += bytes;
@@ -65,9 +63,10 @@ public:
 
     // ZeRO's schedule, told to a communicator that records it (test/recording_comm.h); the real
     // ones ignore it. ParamsWanted: the model asks for group g's parameters; GradsDone: group g's
-    // backward is done; Serves: the collective started next moves group g's parameters or
-    // gradients; GradsToHost: group g's gradients of the step leave for the host (offload).
-    enum class Event { ParamsWanted, GradsDone, Serves, GradsToHost };
+    // backward is done; NextCollectiveMoves: the collective started next moves group g's
+    // parameters or gradients; GradsToHost: group g's gradients of the step leave for the host
+    // (offload).
+    enum class Event { ParamsWanted, GradsDone, NextCollectiveMoves, GradsToHost };
     virtual void note(Event, int group) {}
 
 protected:

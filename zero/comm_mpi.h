@@ -13,6 +13,7 @@
 #include <map>
 #include <vector>
 
+#include "../common/bf16.h"
 #include "comm.h"
 
 // MPI_Gather of host memory in pieces below MPI's int count; root's recv is rank-major
@@ -118,22 +119,10 @@ private:
         }
         return (int)n;
     }
-    static float bf16_to_float(uint16_t x) {
-        uint32_t u = (uint32_t)x << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    static uint16_t float_to_bf16(float f) {  // round to nearest even
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        u += 0x7fff + ((u >> 16) & 1);
-        return (uint16_t)(u >> 16);
-    }
     static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
         const uint16_t* a = (const uint16_t*)in;
         uint16_t* b = (uint16_t*)inout;
-        for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+        for (int i = 0; i < *len; i++) b[i] = float_to_bf16_bits(bf16_bits_to_float(a[i]) + bf16_bits_to_float(b[i]));
     }
 
     Ticket remember(MPI_Request r) {

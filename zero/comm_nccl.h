@@ -18,27 +18,18 @@
 #include <map>
 #include <vector>
 
+#include "../common/io.h"               // fatal(): one line, and every rank stops
+#include "../kernels/cuda/common.cuh"  // CUDA_CHECK
 #include "comm.h"
-#include "comm_mpi.h"  // abort_all_ranks
+#include "comm_mpi.h"  // abort_all_ranks, mpi_gather_host
 
-#define NCCL_CHECK(call)                                                                        \
-    do {                                                                                        \
-        ncclResult_t r_ = (call);                                                               \
-        if (r_ != ncclSuccess) {                                                                \
-            fprintf(stderr, "error: NCCL error at %s:%d: %s (%s)\n", __FILE__, __LINE__,        \
-                    ncclGetErrorString(r_), #call);                                             \
-            abort_all_ranks(1);                                                                 \
-        }                                                                                       \
-    } while (0)
-
-#define NCCL_CUDA_CHECK(call)                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (call);                                                                \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "error: CUDA error at %s:%d: %s (%s)\n", __FILE__, __LINE__,        \
-                    cudaGetErrorString(e_), #call);                                             \
-            abort_all_ranks(1);                                                                 \
-        }                                                                                       \
+#define NCCL_CHECK(call)                                                                  \
+    do {                                                                                  \
+        ncclResult_t r_ = (call);                                                         \
+        if (r_ != ncclSuccess) {                                                          \
+            fatal(1, "NCCL error at %s:%d: %s (%s)", __FILE__, __LINE__,                 \
+                  ncclGetErrorString(r_), #call);                                         \
+        }                                                                                 \
     } while (0)
 
 // Whether every rank holds a GPU of its own: the ranks of each node (`node`) compare their
@@ -71,7 +62,7 @@ public:
         if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_);
         NCCL_CHECK(ncclCommInitRank(&nccl_, world_, id, rank_));
-        NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     }
     ~NcclComm() override {
         for (auto& e : events_) cudaEventDestroy(e.second);
@@ -90,7 +81,7 @@ public:
     void wait(Ticket ticket) override {
         auto it = events_.find(ticket);
         if (it == events_.end()) return;
-        NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
         free_events_.push_back(it->second);
         events_.erase(it);
     }
@@ -129,7 +120,7 @@ private:
     cudaEvent_t take_event() {
         if (free_events_.empty()) {
             cudaEvent_t e;
-            NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
             return e;
         }
         cudaEvent_t e = free_events_.back();
@@ -139,13 +130,13 @@ private:
     // the collective stream starts after everything the kernels' stream holds so far
     void after_queued_work() {
         cudaEvent_t e = take_event();
-        NCCL_CUDA_CHECK(cudaEventRecord(e, stream_));
-        NCCL_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e, 0));
+        CUDA_CHECK(cudaEventRecord(e, stream_));
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e, 0));
         free_events_.push_back(e);  // reusable: a recorded event may be recorded again
     }
     Ticket mark_done() {
         cudaEvent_t e = take_event();
-        NCCL_CUDA_CHECK(cudaEventRecord(e, comm_stream_));
+        CUDA_CHECK(cudaEventRecord(e, comm_stream_));
         events_[++last_ticket_] = e;
         return last_ticket_;
     }

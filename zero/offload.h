@@ -19,7 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "../data/io.h"  // fatal
+#include "../common/io.h"  // fatal
+#include "../kernels/adamw_step.h"
+#include "../kernels/allocations.h"
 #include "../kernels/shard_table.h"
 
 // host bytes a rank's offloaded state takes: fp32 master, m and v (12 bytes per element of its
@@ -61,18 +63,14 @@ public:
     // each parameter group's entries [first, end) in it; shard: elements in the rank's shard
     HostOptimizer(const std::vector<ShardTensor>& device_table, std::vector<std::pair<int, int>> group_entries,
                   size_t shard)
-        : device_table_(device_table), host_table_(device_table), groups_(std::move(group_entries)), shard_(shard) {
+        : device_table_(device_table), host_table_(device_table), groups_(std::move(group_entries)) {
         check_offload_fits(shard, sizeof(floatX));
-        master_ = alloc<float>(shard, &optimizer_bytes_);
-        m_ = alloc<float>(shard, &optimizer_bytes_);
-        v_ = alloc<float>(shard, &optimizer_bytes_);
-        staging_ = alloc<floatX>(shard, &staging_bytes_);
+        const bool fits = owned_.alloc_pinned(&master_, shard, &optimizer_bytes_) && owned_.alloc_pinned(&m_, shard, &optimizer_bytes_) &&
+                          owned_.alloc_pinned(&v_, shard, &optimizer_bytes_) && owned_.alloc_pinned(&staging_, shard, &staging_bytes_);
+        if (!fits) offload_does_not_fit(offload_host_bytes(shard, sizeof(floatX)), host_memory_available());
         for (ShardTensor& e : host_table_) e.param_offset = e.grad_offset = e.state_offset;  // all in shard layout
         sent_.assign(groups_.size(), 0);
         marks_.assign(groups_.size(), 0);
-    }
-    ~HostOptimizer() {
-        for (void* p : allocations_) Backend::release_pinned(p);
     }
     HostOptimizer(const HostOptimizer&) = delete;
     HostOptimizer& operator=(const HostOptimizer&) = delete;
@@ -104,12 +102,10 @@ public:
     }
     // AdamW on group g once its gradients are here; its new parameters go to `params` (laid out
     // as the device table says), and kernels queued afterwards see them
-    void update(int g, floatX* params, float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
-                int step_number, uint32_t seed) {
+    void update(int g, floatX* params, const AdamWStep& s) {
         Backend::transfer_wait(marks_[g]);
         const auto [first, end] = groups_[g];
-        Backend::adamw_update_host(staging_, master_, staging_, m_, v_, host_table_.data() + first, end - first, lr,
-                                   beta1, beta2, eps, wd, grad_scale, step_number, seed);
+        Backend::adamw_update_host(staging_, master_, staging_, m_, v_, host_table_.data() + first, end - first, s);
         for_each_entry(g, [&](const ShardTensor& d, const ShardTensor& h) {
             Backend::transfer_from_host(params + d.param_offset, staging_ + h.param_offset, d.n * sizeof(floatX));
         });
@@ -117,14 +113,6 @@ public:
     }
 
 private:
-    template <class T>
-    T* alloc(size_t n, size_t* bytes) {
-        void* p = Backend::alloc_pinned(n * sizeof(T));
-        if (p == nullptr) offload_does_not_fit(offload_host_bytes(shard_, sizeof(floatX)), host_memory_available());
-        allocations_.push_back(p);
-        *bytes += n * sizeof(T);
-        return (T*)p;
-    }
     // f(device entry, host entry) for each of group g's entries
     template <class F>
     void for_each_entry(int g, F f) const {
@@ -133,8 +121,7 @@ private:
 
     std::vector<ShardTensor> device_table_, host_table_;
     std::vector<std::pair<int, int>> groups_;
-    size_t shard_;
-    std::vector<void*> allocations_;
+    Allocations<Backend> owned_;
     size_t optimizer_bytes_ = 0, staging_bytes_ = 0;
     float *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
     floatX* staging_ = nullptr;

@@ -58,7 +58,7 @@ public:
     int num_groups() const { return (int)groups_.size(); }
     const Group& group(int g) const { return groups_[g]; }
     // elements of rank r's chunk of t that hold real parameters (the rest is padding)
-    static size_t valid(const Tensor& t, int r) {
+    static size_t unpadded(const Tensor& t, int r) {
         size_t start = std::min(t.slice.n, (size_t)r * t.chunk);
         return std::min(t.chunk, t.slice.n - start);
     }
@@ -71,7 +71,7 @@ public:
         size_t start = 0;
         for (const Group& g : groups_)
             for (const Tensor& t : g.tensors) {
-                const size_t n = valid(t, r), flat = t.slice.offset + (size_t)r * t.chunk;
+                const size_t n = unpadded(t, r), flat = t.slice.offset + (size_t)r * t.chunk;
                 if (n == 0) continue;
                 table.push_back({start, n, full_params ? flat : t.shard_offset, full_grads ? flat : t.shard_offset,
                                  t.shard_offset, flat, t.slice.decay ? 1 : 0});

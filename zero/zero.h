@@ -6,11 +6,18 @@
 //   stage 0  full replicas; gradients all-reduced once per step
 //   stage 1  Adam state (and fp32 master weights) sharded; gradients reduce-scattered once per
 //            step, each rank updates its shard, parameters all-gathered
-//            (at stages 0-1 each group's reduction starts as soon as its backward is done, on
-//            the last micro-step of the step, which reduce_during_backward(true) announces)
+//            (at stages 0-1 each group's reduction starts as soon as its backward is done, in
+//            the last micro-step of the step)
 //   stage 2  gradients sharded too: each group is reduce-scattered as soon as its backward is
 //            done, from a reusable bucket, and accumulated into the shard
 //   stage 3  parameters sharded too: each group is all-gathered into a slot just before use
+//
+// ZeroPolicy below is this table as data; the methods read it, never the stage number.
+//
+// The protocol, driven by the training loop: zero_grads() once per step; begin_micro_step(last)
+// before each micro-step's forward; the model asks params(g) and grads(g) and says grads_done(g)
+// group by group; then grad_norm() and update(). A forward alone (an evaluation) needs none of
+// it: params(g) hands out what the slots hold or gathers it.
 //
 // Slots and buckets: the first and last groups (embedding and final layernorm in GPT-2) have
 // their own, because the tied embedding is used at both ends of the step and its gradient
@@ -29,6 +36,9 @@
 //
 // Offload (ZeroOptions::offload_optimizer, at any stage): the optimizer state and its update
 // move to the host, zero/offload.h; the stage's parameters and gradients stay where they are.
+// A group's gradient leaves for the host as soon as it is final for the step (its last
+// reduction finished), and update() takes the groups in turn: update group g on the host, send
+// it back, start its gather.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -38,19 +48,32 @@
 #include <utility>
 #include <vector>
 
-#include "../data/io.h"  // fatal
+#include "../common/io.h"  // fatal
+#include "../kernels/allocations.h"
 #include "comm.h"
 #include "offload.h"
 #include "partition.h"
-
-struct AdamHyper {
-    float beta1, beta2, eps, weight_decay;
-};
 
 // bytes held per rank, by category: in backend memory, and in host memory (offload)
 struct ZeroMemory {
     size_t params = 0, grads = 0, optimizer = 0, comm = 0;
     size_t host_optimizer = 0, host_staging = 0;
+};
+
+// What a stage keeps whole and what it cuts into chunks, one per rank (zero/partition.h), and
+// what follows from that for when and how gradients and parameters move.
+struct ZeroPolicy {
+    bool shards_optimizer;  // 1-3: Adam state (and master weights) as chunks; each rank updates its own
+    bool shards_grads;      // 2-3: gradients as chunks too; a micro-step's go through a bucket
+    bool shards_params;     // 3: parameters as chunks too; a group is gathered into a slot for use
+    explicit ZeroPolicy(int stage) : shards_optimizer(stage >= 1), shards_grads(stage >= 2), shards_params(stage >= 3) {}
+
+    // gradients are summed over ranks once per step, in its last backward (else in every one)
+    bool reduces_once_per_step() const { return !shards_grads; }
+    // summed by all-reduce, every rank keeping the whole (else reduce-scattered: each its chunks)
+    bool all_reduces() const { return !shards_optimizer; }
+    // after the update every rank's new chunks are all-gathered into the full parameters
+    bool gathers_after_update() const { return shards_optimizer && !shards_params; }
 };
 
 struct ZeroOptions {
@@ -65,67 +88,73 @@ template <class Backend>
 class Zero {
 public:
     using floatX = typename Backend::floatX;
-    static constexpr int kMaxGroupTensors = 12;
+    // a group's tensors, as params() and grads() hand them out: t[i] is the group's tensor i
+    static constexpr int kMaxGroupTensors = 12;  // the most a group may have (GPT-2: a layer's 12)
     struct Tensors {
         floatX* t[kMaxGroupTensors];
-        floatX* operator[](int i) const { return t[i]; }
+        int count;
+        floatX* operator[](int i) const {
+            if (i < 0 || i >= count) fatal(1, "zero: tensor %d of a group of %d asked for", i, count);
+            return t[i];
+        }
     };
 
     Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, ZeroOptions options = {})
-        : stage_(stage),
+        : policy_(stage),
           comm_(comm),
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
-          plan_(groups, stage == 0 ? 1 : comm.world()),
-          rank_(stage == 0 ? 0 : comm.rank()),
+          plan_(groups, policy_.shards_optimizer ? comm.world() : 1),
+          rank_(policy_.shards_optimizer ? comm.rank() : 0),
           master_in_state_(Backend::has_master_weights && options.master_weights) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
-        if (stage_ <= 2) params_full_ = alloc<floatX>(P, &memory_.params);
-        else param_shard_ = alloc<floatX>(S, &memory_.params);
-        if (stage_ <= 1) grads_full_ = alloc<floatX>(P, &memory_.grads);
-        else grad_shard_ = alloc<floatX>(S, &memory_.grads);
+        for (int g = 0; g < plan_.num_groups(); g++)
+            if (plan_.group(g).tensors.size() > (size_t)kMaxGroupTensors)
+                fatal(1, "zero: group %d has %zu tensors, more than the %d a group may have", g, plan_.group(g).tensors.size(), kMaxGroupTensors);
+        if (policy_.shards_params) owned_.alloc(&params_shard_, S, &memory_.params);
+        else owned_.alloc(&params_full_, P, &memory_.params);
+        if (policy_.shards_grads) owned_.alloc(&grads_shard_, S, &memory_.grads);
+        else owned_.alloc(&grads_full_, P, &memory_.grads);
         if (!options.offload_optimizer) {
-            if (master_in_state_) master_ = alloc<float>(S, &memory_.optimizer);
-            adam_m_ = alloc<float>(S, &memory_.optimizer);
-            adam_v_ = alloc<float>(S, &memory_.optimizer);
+            if (master_in_state_) owned_.alloc(&master_, S, &memory_.optimizer);
+            owned_.alloc(&adam_m_, S, &memory_.optimizer);
+            owned_.alloc(&adam_v_, S, &memory_.optimizer);
         }
         const int last = plan_.num_groups() - 1;
-        for (int g = 1; g < last; g++) piece_ = std::max(piece_, plan_.group(g).shard_size);
-        if (piece_ == 0) piece_ = std::max(plan_.group(0).shard_size, plan_.group(last).shard_size);
+        for (int g = 1; g < last; g++) max_piece_ = std::max(max_piece_, plan_.group(g).shard_size);
+        if (max_piece_ == 0) max_piece_ = std::max(plan_.group(0).shard_size, plan_.group(last).shard_size);
         size_t slot_size[kSlots] = {}, slot_piece[kSlots] = {};
         for (int g = 0; g < plan_.num_groups(); g++) {
             int s = slot_of(g);
             slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
-            slot_piece[s] = std::max(slot_piece[s], std::min(piece_, plan_.group(g).shard_size));
+            slot_piece[s] = std::max(slot_piece[s], std::min(max_piece_, plan_.group(g).shard_size));
         }
-        const bool reduces = stage_ >= 1 || comm.world() > 1;
-        for (int s = 0; s < kSlots && reduces; s++) {
-            rank_major_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
-            if (stage_ >= 1) own_[s] = alloc<floatX>(slot_piece[s], &memory_.comm);
-            if (stage_ >= 2) bucket_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
-            if (stage_ == 3) {
-                slot_[s] = alloc<floatX>(slot_size[s], &memory_.comm);
-                gathered_[s] = alloc<floatX>((size_t)N * slot_piece[s], &memory_.comm);
+        const bool communicates = policy_.shards_optimizer || comm.world() > 1;  // else nothing is ever summed
+        for (int s = 0; s < kSlots && communicates; s++) {
+            owned_.alloc(&rank_major_[s], (size_t)N * slot_piece[s], &memory_.comm);
+            if (!policy_.all_reduces()) owned_.alloc(&my_piece_[s], slot_piece[s], &memory_.comm);
+            if (policy_.shards_grads) owned_.alloc(&bucket_[s], slot_size[s], &memory_.comm);
+            if (policy_.shards_params) {
+                owned_.alloc(&slot_[s], slot_size[s], &memory_.comm);
+                owned_.alloc(&gathered_[s], (size_t)N * slot_piece[s], &memory_.comm);
             }
         }
-        norm_acc_ = alloc<float>(1, &memory_.comm);
+        owned_.alloc(&norm_acc_, 1, &memory_.comm);
         reduced_.assign(plan_.num_groups(), 0);
         zeroed_.assign(plan_.num_groups(), 1);
-        shard_host_ = plan_.shard_table(rank_, stage_ <= 2, stage_ <= 1);
-        ShardTensor* device_table = alloc<ShardTensor>(shard_host_.size(), &memory_.comm);
-        Backend::from_host(device_table, shard_host_.data(), shard_host_.size() * sizeof(ShardTensor));
-        shard_.host = shard_host_.data();
-        shard_.device = device_table;
-        shard_.count = (int)shard_host_.size();
-        for (const ShardTensor& t : shard_host_) shard_.elements += t.n;
+        optimizer_entries_ = plan_.shard_table(rank_, !policy_.shards_params, !policy_.shards_grads);
+        ShardTensor* device_table;
+        owned_.alloc(&device_table, optimizer_entries_.size(), &memory_.comm);
+        Backend::from_host(device_table, optimizer_entries_.data(), optimizer_entries_.size() * sizeof(ShardTensor));
+        optimizer_table_.host = optimizer_entries_.data();
+        optimizer_table_.device = device_table;
+        optimizer_table_.count = (int)optimizer_entries_.size();
+        for (const ShardTensor& t : optimizer_entries_) optimizer_table_.elements += t.n;
         if (options.offload_optimizer) {
-            host_ = std::make_unique<HostOptimizer<Backend>>(shard_host_, table_entries_per_group(), S);
+            host_ = std::make_unique<HostOptimizer<Backend>>(optimizer_entries_, table_entries_per_group(), S);
             memory_.host_optimizer = host_->optimizer_bytes();
             memory_.host_staging = host_->staging_bytes();
         }
-    }
-    ~Zero() {
-        for (void* p : allocations_) Backend::release(p);
     }
     Zero(const Zero&) = delete;
     Zero& operator=(const Zero&) = delete;
@@ -140,9 +169,9 @@ public:
     void load(const float* host) {
         for (int g = 0; g < plan_.num_groups(); g++) {
             for (const auto& t : plan_.group(g).tensors) {
-                size_t start = (size_t)rank_ * t.chunk, len = PartitionPlan::valid(t, rank_);
-                if (stage_ <= 2) Backend::upload_fp32(params_full_ + t.slice.offset, host + t.slice.offset, t.slice.n);
-                else Backend::upload_fp32(param_shard_ + t.shard_offset, host + t.slice.offset + start, len);
+                size_t start = (size_t)rank_ * t.chunk, len = PartitionPlan::unpadded(t, rank_);
+                if (policy_.shards_params) Backend::upload_fp32(params_shard_ + t.shard_offset, host + t.slice.offset + start, len);
+                else Backend::upload_fp32(params_full_ + t.slice.offset, host + t.slice.offset, t.slice.n);
                 // offloaded, the host keeps an fp32 master whatever the backend's precision
                 if (host_) std::copy_n(host + t.slice.offset + start, len, host_->master() + t.shard_offset);
                 else if (master_ != nullptr)
@@ -185,7 +214,7 @@ public:
             for (int g = 0; g < plan_.num_groups(); g++)
                 for (const auto& t : plan_.group(g).tensors)
                     for (int r = 0; r < N; r++)
-                        std::copy_n(all + (size_t)r * S + t.shard_offset, PartitionPlan::valid(t, r),
+                        std::copy_n(all + (size_t)r * S + t.shard_offset, PartitionPlan::unpadded(t, r),
                                     out + t.slice.offset + (size_t)r * t.chunk);
         };
         gather(adam_m_, host_ ? host_->m() : nullptr, m);
@@ -209,27 +238,18 @@ public:
         });
     }
 
-    // this rank's shard of the parameters in shard layout (padding as zeros), as fp32
-    std::vector<float> shard_to_host() {
-        std::vector<float> out(plan_.shard_size(), 0.0f);
-        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            Backend::download_fp32(out.data() + t.shard_offset, param_of(t), len);
-        });
-        return out;
-    }
-
     // Parameters of group g, ready for the kernels. At stage 3 this all-gathers them unless the
     // group's slot already holds them (or waits for the gather prefetch() started).
     Tensors params(int g) {
         comm_.note(Communicator::Event::ParamsWanted, g);
         const auto& group = plan_.group(g);
-        if (stage_ <= 2) return tensors_at(params_full_, group, full_offset);
+        if (!policy_.shards_params) return tensors_at(params_full_, group, full_offset);
         int s = slot_of(g);
         if (slot_group_[s] != g) {
             // the last (or only) piece may have been started by prefetch()
             for_each_piece(group, [&](size_t lo, size_t hi) {
                 if (gather_[s].group != g || gather_[s].lo != lo) {
-                    prefetch_misses_ += g != 0;  // the embedding comes first: nothing runs before it
+                    prefetch_misses_ += g != 0;  // (for the tests) the embedding comes first: nothing runs before it
                     start_gather(g, lo, hi);
                 }
                 comm_.wait(gather_[s].ticket);
@@ -240,13 +260,10 @@ public:
         }
         return tensors_at(slot_[s], group, group_offset);
     }
-    // Stage 3: gathers params() had to start itself, for a group after the first of a micro-step
-    // (each costs the overlap prefetch() is there for); 0 when the model prefetches correctly
-    int prefetch_misses() const { return prefetch_misses_; }
     // Stage 3: start gathering group g (if it exists, is not already there and goes in one
     // piece) while the caller computes with another slot's group.
     void prefetch(int g) {
-        if (stage_ != 3 || g < 0 || g >= plan_.num_groups() || plan_.group(g).shard_size > piece_) return;
+        if (!policy_.shards_params || g < 0 || g >= plan_.num_groups() || plan_.group(g).shard_size > max_piece_) return;
         int s = slot_of(g);
         if (slot_group_[s] != g && gather_[s].group != g) start_gather(g, 0, plan_.group(g).shard_size);
     }
@@ -255,9 +272,9 @@ public:
     // hands out a zeroed bucket, which grads_done() reduce-scatters into the shard.
     Tensors grads(int g) {
         const auto& group = plan_.group(g);
-        if (stage_ <= 1) {
-            if (reduce_in_backward_ && reduced_[g])
-                fatal(1, "zero: group %d's gradients wanted after their reduction began (a second backward after reduce_during_backward(true)?)", g);
+        if (!policy_.shards_grads) {
+            if (last_micro_step_ && reduced_[g])
+                fatal(1, "zero: group %d's gradients wanted after their reduction began (a second backward after begin_micro_step(true)?)", g);
             return tensors_at(grads_full_, group, full_offset);
         }
         int s = slot_of(g);
@@ -269,79 +286,85 @@ public:
         return tensors_at(bucket_[s], group, group_offset);
     }
     // Group g's gradients held zeros when grads(g) handed them out in this backward: no backward
-    // has finished with them (grads_done) since zero_grads() or, at stages 2-3, since this
-    // micro-step's bucket was zeroed. A gradient that gets one addition a backward (a bias) may
-    // then be written instead of added to.
+    // has finished with them (grads_done) since zero_grads() or, where gradients are sharded,
+    // since this micro-step's bucket was zeroed. A gradient that gets one addition a backward (a
+    // bias) may then be written instead of added to.
     bool grads_zeroed(int g) const { return zeroed_[g] != 0; }
-    // group g's backward is done: its reduction may start (see the stage table above)
+    // group g's backward is done: its reduction starts now, if this backward reduces (see the
+    // stage table above)
     void grads_done(int g) {
         comm_.note(Communicator::Event::GradsDone, g);
         zeroed_[g] = 0;
-        if (stage_ >= 2 || reduce_in_backward_) reduce_group(g);
-        if (stage_ >= 2) bucket_group_[slot_of(g)] = -1;
+        if (!policy_.reduces_once_per_step() || last_micro_step_) reduce_group(g);
+        if (policy_.shards_grads) bucket_group_[slot_of(g)] = -1;
     }
 
     // before the first micro-step of a step
     void zero_grads() {
         if (host_) host_->begin_step();
-        if (stage_ <= 1) Backend::zero(grads_full_, plan_.total() * sizeof(floatX));
-        else Backend::zero(grad_shard_, plan_.shard_size() * sizeof(floatX));
+        if (policy_.shards_grads) Backend::zero(grads_shard_, plan_.shard_size() * sizeof(floatX));
+        else Backend::zero(grads_full_, plan_.total() * sizeof(floatX));
         std::fill(reduced_.begin(), reduced_.end(), 0);
         std::fill(zeroed_.begin(), zeroed_.end(), 1);
-        reduce_in_backward_ = false;
+        last_micro_step_ = false;
     }
-    // before each backward: true for the last of the step, whose gradients are then complete
-    // group by group, so stages 0-1 reduce each as soon as its backward is done
-    void reduce_during_backward(bool last_micro_step) { reduce_in_backward_ = last_micro_step; }
-    // before each micro-step's forward: stage 3 gathers every group afresh
-    void begin_micro_step() { invalidate_slots(); }
+    // Before each micro-step's forward, once: stage 3 gathers every group afresh, and `last`
+    // (the step's last micro-step, whose backward completes the gradients group by group) lets
+    // stages 0-1 reduce each group as soon as its backward is done.
+    void begin_micro_step(bool last) {
+        invalidate_slots();
+        last_micro_step_ = last;
+    }
 
-    // Reduce what is left to reduce, clip by the global norm, update this rank's shard with
-    // AdamW and share the new parameters. Returns the gradient norm before clipping.
-    float step(float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
-        const float norm = grad_norm();
-        update(norm, lr, h, grad_clip, step_number, seed);
-        return norm;
-    }
-    // step() in two halves, so the caller may look at the norm and skip the update: first the
-    // reductions and the global gradient norm, ...
+    // The optimizer's step in two halves, so that the caller may look at the norm and skip the
+    // update: first the reductions and the global gradient norm, ...
     float grad_norm() {
-        if (stage_ <= 1)  // what no backward reduced
+        if (policy_.reduces_once_per_step())  // what no backward reduced
             for (int g = 0; g < plan_.num_groups(); g++)
                 if (!reduced_[g]) reduce_group(g);
-        reduce_in_backward_ = false;  // the gradients may be read again
+        last_micro_step_ = false;  // the gradients may be read again
         for (int s = 0; s < kSlots; s++) {
-            finish_reduce(s);
+            const int final_group = finish_reduce(s);
+            if (final_group >= 0) gradient_final(final_group);
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
             gather_[s].group = -1;
         }
-        for (int g = 0; g < plan_.num_groups() && host_; g++)  // what no backward sent
-            if (!host_->grads_sent(g)) gradients_complete(g);
+        for (int g = 0; g < plan_.num_groups() && host_; g++)  // what no reduction made final
+            if (!host_->grads_sent(g)) gradient_final(g);
 
-        Backend::grad_norm_squared(norm_acc_, grads_base(), shard_);
+        Backend::grad_norm_squared(norm_acc_, grads_base(), optimizer_table_);
         float local = 0.0f;
         Backend::to_host(&local, norm_acc_, sizeof(float));
-        // stage 0: every rank holds the whole reduced gradient, nothing to add up
-        double sumsq = stage_ == 0 ? local : comm_.all_reduce_host(local);
+        // all-reduced, every rank holds the whole gradient: nothing to add up
+        double sumsq = policy_.all_reduces() ? local : comm_.all_reduce_host(local);
         return (float)std::sqrt(sumsq);
     }
-    // ... then the update with that norm (a collective too: every rank must call it or none).
-    // Offloaded, group by group on the host, each group's gather (stages 1-2) started as soon
-    // as its new parameters are on their way.
-    void update(float norm, float lr, const AdamHyper& h, float grad_clip, int step_number, uint32_t seed) {
-        float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-        floatX* params = stage_ <= 2 ? params_full_ : param_shard_;
-        auto update_on_host = [&](int g) {
-            if (host_) host_->update(g, params, lr, h.beta1, h.beta2, h.eps, h.weight_decay, scale, step_number, seed);
-        };
-        if (!host_)
-            Backend::adamw_update(params, master_, grads_base(), adam_m_, adam_v_, shard_, lr, h.beta1, h.beta2, h.eps,
-                                  h.weight_decay, scale, step_number, seed);
-        if (stage_ == 1 || stage_ == 2) all_gather_full_params(update_on_host);
-        else
-            for (int g = 0; g < plan_.num_groups(); g++) update_on_host(g);
+    // ... then the update (a collective too: every rank must call it or none). Without offload
+    // one launch over the rank's shard; offloaded, group by group: update group g on the host,
+    // send its new parameters back, start its gather, while the host goes on to the next group.
+    void update(const AdamWStep& s) {
+        floatX* params = policy_.shards_params ? params_shard_ : params_full_;
+        if (!host_) Backend::adamw_update(params, master_, grads_base(), adam_m_, adam_v_, optimizer_table_, s);
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            if (host_) host_->update(g, params, s);
+            if (policy_.gathers_after_update()) start_gather_updated(g);
+        }
+        for (int slot = 0; slot < kSlots; slot++) finish_gather_updated(slot);
         invalidate_slots();
     }
+
+    // ---- for the tests (test/test_zero.cpp)
+    // this rank's shard of the parameters in shard layout (padding as zeros), as fp32
+    std::vector<float> shard_to_host() {
+        std::vector<float> out(plan_.shard_size(), 0.0f);
+        for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
+            Backend::download_fp32(out.data() + t.shard_offset, param_of(t), len);
+        });
+        return out;
+    }
+    // Stage 3: gathers params() had to start itself, for a group after the first of a micro-step
+    // (each costs the overlap prefetch() is there for); 0 when the model prefetches correctly
+    int prefetch_misses() const { return prefetch_misses_; }
 
 private:
     static constexpr int kSlots = 4;
@@ -359,72 +382,71 @@ private:
     template <class OffsetOf>
     static Tensors tensors_at(floatX* base, const PartitionPlan::Group& g, OffsetOf offset_of) {
         Tensors out{};
-        for (size_t i = 0; i < g.tensors.size(); i++) out.t[i] = base + offset_of(g.tensors[i]);
+        out.count = (int)g.tensors.size();
+        for (int i = 0; i < out.count; i++) out.t[i] = base + offset_of(g.tensors[i]);
         return out;
-    }
-    template <class T>
-    T* alloc(size_t n, size_t* category) {
-        void* p = Backend::alloc(n * sizeof(T));
-        allocations_.push_back(p);
-        *category += n * sizeof(T);
-        return (T*)p;
     }
     // f(lo, hi) for each piece of the group's shard, in order
     template <class F>
     void for_each_piece(const PartitionPlan::Group& g, F f) const {
-        for (size_t lo = 0; lo < g.shard_size; lo += piece_) f(lo, std::min(g.shard_size, lo + piece_));
+        for (size_t lo = 0; lo < g.shard_size; lo += max_piece_) f(lo, std::min(g.shard_size, lo + max_piece_));
     }
     // gathers the piece [lo, hi) of group g's shard into the slot's buffer
     void start_gather(int g, size_t lo, size_t hi) {
         const auto& group = plan_.group(g);
         int s = slot_of(g);
         if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
-        comm_.note(Communicator::Event::Serves, g);
-        gather_[s] = {g, lo, hi, comm_.all_gather_async(param_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
+        comm_.note(Communicator::Event::NextCollectiveMoves, g);
+        gather_[s] = {g, lo, hi, comm_.all_gather_async(params_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
     }
     // Starts summing group g's gradients over ranks, piece by piece through its slot's
-    // buffers: stage 0 all-reduces the full gradient, stage 1 reduce-scatters it, stages 2-3 the
-    // micro-step's bucket. The last piece finishes while the caller computes on.
+    // buffers: all-reduced in the full gradient, reduce-scattered from it, or reduce-scattered
+    // from the micro-step's bucket, as the policy says. The last piece finishes while the caller
+    // computes on; a piece before it finishes when its slot takes the next.
     void reduce_group(int g) {
         reduced_[g] = 1;
-        const bool last_of_step = stage_ <= 1 || reduce_in_backward_;  // stages 0-1 reduce once per step
-        if (stage_ == 0 && comm_.world() == 1) {  // nothing to sum
-            if (last_of_step) gradients_complete(g);
+        const bool last_of_step = policy_.reduces_once_per_step() || last_micro_step_;
+        if (policy_.all_reduces() && comm_.world() == 1) {  // nothing to sum: final as it is
+            if (last_of_step) gradient_final(g);
             return;
         }
         const auto& group = plan_.group(g);
         const int s = slot_of(g);
         for_each_piece(group, [&](size_t lo, size_t hi) {
-            finish_reduce(s);
-            if (stage_ <= 1) pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
-            else pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
-            comm_.note(Communicator::Event::Serves, g);
+            const int final_group = finish_reduce(s);  // the slot's previous piece
+            if (final_group >= 0) gradient_final(final_group);
+            if (policy_.shards_grads) pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
+            else pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
+            comm_.note(Communicator::Event::NextCollectiveMoves, g);
             reduce_[s] = {g, lo, hi,
-                          stage_ == 0 ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
-                                      : comm_.reduce_scatter_async(rank_major_[s], own_[s], hi - lo, dtype_),
+                          policy_.all_reduces() ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
+                                                : comm_.reduce_scatter_async(rank_major_[s], my_piece_[s], hi - lo, dtype_),
                           last_of_step};
         });
     }
-    // group g's gradient shard is complete for the step: offloaded, it leaves for the host now
-    void gradients_complete(int g) {
+    // The slot's reduction under way, if any, waited for and its result put where the optimizer
+    // reads it: back into the full gradient (all-reduced), into this rank's chunks of it
+    // (reduce-scattered from it), added into the gradient shard (from a bucket). Returns the
+    // group whose gradient that made final for the step (its last piece of the step's last
+    // reduction), else -1.
+    int finish_reduce(int s) {
+        InFlight& r = reduce_[s];
+        if (r.group < 0) return -1;
+        comm_.wait(r.ticket);
+        const auto& group = plan_.group(r.group);
+        if (policy_.all_reduces()) unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
+        else if (!policy_.shards_grads) copy_from_my_piece(my_piece_[s], group, r.lo, r.hi, [&](const PartitionPlan::Tensor& t) { return grad_of(t); });
+        else Backend::accumulate(grads_shard_ + group.shard_offset + r.lo, my_piece_[s], r.hi - r.lo);
+        const int final_group = r.last_of_step && r.hi == group.shard_size ? r.group : -1;
+        r.group = -1;
+        return final_group;
+    }
+    // group g's gradient is final for the step: offloaded, it leaves for the host now, on the
+    // transfer stream, while the backward goes on
+    void gradient_final(int g) {
         if (host_ == nullptr) return;
         comm_.note(Communicator::Event::GradsToHost, g);
         host_->send_grads(g, grads_base());
-    }
-    // the slot's outstanding reduction, if any, waited for and its result put where the
-    // optimizer reads it: back into the full gradient (stage 0), into this rank's chunks of it
-    // (stage 1), added into the gradient shard (stages 2-3)
-    void finish_reduce(int s) {
-        InFlight& r = reduce_[s];
-        if (r.group < 0) return;
-        comm_.wait(r.ticket);
-        const auto& group = plan_.group(r.group);
-        auto grad = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
-        if (stage_ == 0) unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
-        else if (stage_ == 1) copy_own_piece(own_[s], group, r.lo, r.hi, grad, false);
-        else Backend::accumulate(grad_shard_ + group.shard_offset + r.lo, own_[s], r.hi - r.lo);
-        if (r.last_of_step && r.hi == group.shard_size) gradients_complete(r.group);  // its last piece
-        r.group = -1;
     }
     int slot_of(int g) const {
         int last = plan_.num_groups() - 1;
@@ -433,15 +455,15 @@ private:
     void invalidate_slots() {
         for (int s = 0; s < kSlots; s++) slot_group_[s] = -1;
     }
-    floatX* grads_base() const { return stage_ <= 1 ? grads_full_ : grad_shard_; }
+    floatX* grads_base() const { return policy_.shards_grads ? grads_shard_ : grads_full_; }
     // this rank's chunk of tensor t, where the optimizer reads it
     floatX* grad_of(const PartitionPlan::Tensor& t) const {
-        if (stage_ <= 1) return grads_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
-        return grad_shard_ + t.shard_offset;
+        if (policy_.shards_grads) return grads_shard_ + t.shard_offset;
+        return grads_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
     }
     floatX* param_of(const PartitionPlan::Tensor& t) const {
-        if (stage_ <= 2) return params_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
-        return param_shard_ + t.shard_offset;
+        if (policy_.shards_params) return params_shard_ + t.shard_offset;
+        return params_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
     }
     // each group's entries [first, end) in the optimizer's table (one per tensor with a piece here)
     std::vector<std::pair<int, int>> table_entries_per_group() const {
@@ -449,7 +471,7 @@ private:
         int next = 0;
         for (int g = 0; g < plan_.num_groups(); g++) {
             const int first = next;
-            for (const auto& t : plan_.group(g).tensors) next += PartitionPlan::valid(t, rank_) > 0;
+            for (const auto& t : plan_.group(g).tensors) next += PartitionPlan::unpadded(t, rank_) > 0;
             ranges.push_back({first, next});
         }
         return ranges;
@@ -458,7 +480,7 @@ private:
     void for_each_owned(F f) {
         for (int g = 0; g < plan_.num_groups(); g++)
             for (const auto& t : plan_.group(g).tensors) {
-                size_t len = PartitionPlan::valid(t, rank_);
+                size_t len = PartitionPlan::unpadded(t, rank_);
                 if (len > 0) f(t, len);
             }
     }
@@ -512,76 +534,72 @@ private:
             });
         });
     }
-    // this rank's piece [lo, hi) <-> its chunks of the tensors (only the real parameters move)
-    template <class Of>
-    void copy_own_piece(floatX* piece, const PartitionPlan::Group& g, size_t lo, size_t hi, Of of, bool to_piece) {
-        const size_t X = sizeof(floatX);
+    // f(t, c0, at, len) for the real parameters (no padding) of this rank's chunks that the
+    // piece [lo, hi) of group g holds: len elements from c0 within t's chunk, at `at` in the piece
+    template <class F>
+    void for_each_mine_in_piece(const PartitionPlan::Group& g, size_t lo, size_t hi, F f) const {
         for_each_in_piece(g, lo, hi, [&](const PartitionPlan::Tensor& t, size_t c0, size_t at, size_t len) {
-            size_t valid = PartitionPlan::valid(t, rank_);
-            if (valid <= c0) return;
-            len = std::min(len, valid - c0);
-            if (to_piece) Backend::copy(piece + at, of(t) + c0, len * X);
-            else Backend::copy(of(t) + c0, piece + at, len * X);
+            const size_t unpadded = PartitionPlan::unpadded(t, rank_);
+            if (unpadded > c0) f(t, c0, at, std::min(len, unpadded - c0));
+        });
+    }
+    // this rank's chunks of the tensors (chunk_of(t)) -> its piece [lo, hi) of group g
+    template <class ChunkOf>
+    void copy_to_my_piece(floatX* piece, const PartitionPlan::Group& g, size_t lo, size_t hi, ChunkOf chunk_of) const {
+        for_each_mine_in_piece(g, lo, hi, [&](const PartitionPlan::Tensor& t, size_t c0, size_t at, size_t len) {
+            Backend::copy(piece + at, chunk_of(t) + c0, len * sizeof(floatX));
+        });
+    }
+    // ... and back
+    template <class ChunkOf>
+    void copy_from_my_piece(const floatX* piece, const PartitionPlan::Group& g, size_t lo, size_t hi, ChunkOf chunk_of) const {
+        for_each_mine_in_piece(g, lo, hi, [&](const PartitionPlan::Tensor& t, size_t c0, size_t at, size_t len) {
+            Backend::copy(chunk_of(t) + c0, piece + at, len * sizeof(floatX));
         });
     }
 
-    // One collective per piece, in group order: before(g) prepares group g, start(group, slot, lo,
-    // hi) begins a piece's collective and returns its ticket, finish(group, slot, lo, hi) uses its
-    // result. A slot's next collective starts once its previous one is finished, so packing one
-    // overlaps the transfer of the one before.
-    template <class Before, class Start, class Finish>
-    void for_each_piece_pipelined(Before before, Start start, Finish finish) {
-        InFlight pending[kSlots];
-        auto drain = [&](int s) {
-            InFlight& p = pending[s];
-            if (p.group < 0) return;
-            comm_.wait(p.ticket);
-            finish(plan_.group(p.group), s, p.lo, p.hi);
-            p.group = -1;
-        };
-        for (int g = 0; g < plan_.num_groups(); g++) {
-            const auto& group = plan_.group(g);
-            const int s = slot_of(g);
-            before(g);
-            for_each_piece(group, [&](size_t lo, size_t hi) {
-                drain(s);
-                pending[s] = {g, lo, hi, start(group, s, lo, hi)};
-            });
-        }
-        for (int s = 0; s < kSlots; s++) drain(s);
+    // After the update (stages 1-2): starts gathering every rank's new chunks of group g into
+    // the full parameters, piece by piece through its slot's buffers; a slot's piece before is
+    // finished first, so packing one overlaps the transfer of the one before.
+    void start_gather_updated(int g) {
+        const auto& group = plan_.group(g);
+        const int s = slot_of(g);
+        for_each_piece(group, [&](size_t lo, size_t hi) {
+            finish_gather_updated(s);
+            copy_to_my_piece(my_piece_[s], group, lo, hi, [&](const PartitionPlan::Tensor& t) { return param_of(t); });
+            updated_gather_[s] = {g, lo, hi, comm_.all_gather_async(my_piece_[s], rank_major_[s], hi - lo, dtype_)};
+        });
     }
-    // stages 1-2: every rank's updated chunks -> the full parameters; before(g) is called before
-    // group g's first piece (its chunks are read after the work it queues)
-    template <class Before>
-    void all_gather_full_params(Before before) {
-        auto param = [&](const PartitionPlan::Tensor& t) { return param_of(t); };
-        for_each_piece_pipelined(
-            before,
-            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) {
-                copy_own_piece(own_[s], g, lo, hi, param, true);
-                return comm_.all_gather_async(own_[s], rank_major_[s], hi - lo, dtype_);
-            },
-            [&](const PartitionPlan::Group& g, int s, size_t lo, size_t hi) { unpack(params_full_, rank_major_[s], g, full_offset, lo, hi); });
+    // the slot's gather of updated parameters, if any, waited for and unpacked into the full parameters
+    void finish_gather_updated(int s) {
+        InFlight& p = updated_gather_[s];
+        if (p.group < 0) return;
+        comm_.wait(p.ticket);
+        unpack(params_full_, rank_major_[s], plan_.group(p.group), full_offset, p.lo, p.hi);
+        p.group = -1;
     }
 
-    int stage_;
+    ZeroPolicy policy_;
     Communicator& comm_;
     DType dtype_;
     PartitionPlan plan_;
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
     bool master_in_state_;
     ZeroMemory memory_;
-    std::vector<void*> allocations_;
-    floatX *params_full_ = nullptr, *grads_full_ = nullptr;
-    floatX *param_shard_ = nullptr, *grad_shard_ = nullptr;
+    Allocations<Backend> owned_;
+    floatX *params_full_ = nullptr, *grads_full_ = nullptr;    // unsharded, in the flat layout
+    floatX *params_shard_ = nullptr, *grads_shard_ = nullptr;  // this rank's chunks, in shard layout
     float *master_ = nullptr, *adam_m_ = nullptr, *adam_v_ = nullptr, *norm_acc_ = nullptr;  // in backend memory
     std::unique_ptr<HostOptimizer<Backend>> host_;  // offloaded: the optimizer state instead
-    std::vector<ShardTensor> shard_host_;  // the optimizer's table of this rank's shard
-    ShardTable shard_;
-    // per slot: a rank-major buffer (world x group shard) and this rank's block, for the
-    // collectives; at stages 2-3 the gradient bucket, at stage 3 the gathered parameters
+    // the optimizer's table of this rank's shard (kernels/shard_table.h): its entries, and the
+    // table the launches take (the entries in host and in backend memory)
+    std::vector<ShardTensor> optimizer_entries_;
+    ShardTable optimizer_table_;
+    // Per slot, for the collectives: a rank-major buffer (world rows of a piece) and this rank's
+    // row of it; at stages 2-3 the gradient bucket, at stage 3 the group's gathered parameters
+    // (slot_, in the group's layout) and the rank-major buffer they are gathered into
     floatX* rank_major_[kSlots] = {};
-    floatX* own_[kSlots] = {};
+    floatX* my_piece_[kSlots] = {};
     floatX* bucket_[kSlots] = {};
     floatX* slot_[kSlots] = {};
     floatX* gathered_[kSlots] = {};
@@ -590,8 +608,9 @@ private:
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
     std::vector<char> reduced_;  // per group: its reduction of this step has started (stages 0-1)
     std::vector<char> zeroed_;   // per group: no grads_done since its gradients were zeroed
-    bool reduce_in_backward_ = false;
-    InFlight gather_[kSlots], reduce_[kSlots];  // each slot's collective under way, if any
+    bool last_micro_step_ = false;  // begin_micro_step(true) until the norm is taken
+    // each slot's collective under way, if any: a stage-3 gather, a reduction, a gather after the update
+    InFlight gather_[kSlots], reduce_[kSlots], updated_gather_[kSlots];
     int prefetch_misses_ = 0;
-    size_t piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
+    size_t max_piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
 };

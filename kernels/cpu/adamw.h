@@ -17,24 +17,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../adamw_step.h"
 #include "../shard_table.h"
 
 namespace cpu {
 
-// one step's constants
-struct AdamWStep {
-    float lr, beta1, beta2, eps, weight_decay, grad_scale;
-    int t;          // the step's number, from 1 (bias correction)
-    uint32_t seed;  // stochastic rounding (bf16 parameters only)
-};
-
 inline float param_to_float(float x) { return x; }
-inline float param_to_float(uint16_t bf16) {
-    const uint32_t u = (uint32_t)bf16 << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+inline float param_to_float(uint16_t bf16) { return bf16_bits_to_float(bf16); }
 inline void store_param(float* out, float x, uint32_t) { *out = x; }
 inline void store_param(uint16_t* out, float x, uint32_t random) {
     uint32_t u;

@@ -3,10 +3,12 @@
 // weights: the update is done on master, and param gets master rounded stochastically with
 // random bits from (seed, the element's index in the model), so a run is reproducible from its
 // seed at any ZeRO stage. The fp32 build has no master copy (master == nullptr) and updates param
-// directly. grad_scale folds gradient clipping into the update.
+// directly. The step's constants are kernels/adamw_step.h's; grad_scale folds gradient clipping
+// into the update.
 #pragma once
 #include <cmath>
 
+#include "../adamw_step.h"
 #include "../shard_table.h"
 #include "common.cuh"
 
@@ -34,14 +36,13 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
 }
 
 inline void adamw_update(floatX* params, float* master, const floatX* grads, float* m, float* v,
-                         const ShardTable& table, float lr, float beta1, float beta2, float eps, float wd,
-                         float grad_scale, int t, uint32_t seed) {
+                         const ShardTable& table, const AdamWStep& s) {
     if (table.elements == 0) return;
-    const float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    const float bc1 = 1.0f - powf(s.beta1, (float)s.t), bc2 = 1.0f - powf(s.beta2, (float)s.t);
     const int block = 256;
     adamw_kernel<<<elementwise_blocks(table.elements, block), block, 0, stream()>>>(
-        params, master, grads, m, v, table.device, table.count, table.elements, lr, beta1, beta2, bc1, bc2, eps, wd,
-        grad_scale, seed);
+        params, master, grads, m, v, table.device, table.count, table.elements, s.lr, s.beta1, s.beta2, bc1, bc2, s.eps,
+        s.weight_decay, s.grad_scale, s.seed);
     check_launch();
 }
 

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../../data/io.h"  // fatal(): one line, and every rank stops
-#include "../shard_table.h"  // stochastic rounding
+#include "../../common/io.h"  // fatal(): one line, and every rank stops
+#include "../../common/bf16.h"  // stochastic rounding
 
 #define CUDA_CHECK(call)                                                                  \
     do {                                                                                  \
@@ -59,7 +59,6 @@ struct alignas(16) Packed128 {
     __device__ const T& operator[](int i) const { return payload[i]; }
 };
 typedef Packed128<floatX> x128;
-typedef Packed128<float> f128;
 
 template <class T>
 __device__ inline Packed128<T> load128(const T* p) {
@@ -109,7 +108,7 @@ __device__ inline float block_max(float v) {
 }
 
 // ----------------------------------------------------------------------------
-// Stochastic rounding (kernels/shard_table.h says how) where the parameters are bf16
+// Stochastic rounding (common/bf16.h says how) where the parameters are bf16
 
 __device__ inline void store_rounded(float* out, float x, uint32_t, uint64_t) { *out = x; }
 __device__ inline void store_rounded(__nv_bfloat16* out, float x, uint32_t seed, uint64_t index) {

@@ -1,8 +1,10 @@
-// Checked file I/O and the one way this program reports a fatal error: a single line naming what
-// was wrong and what was expected, then a non-zero exit. Under MPI a hook makes every rank stop,
-// so an error on one rank never leaves the others waiting in a collective.
+// Errors and files, for every folder: the one way this program reports a fatal error (a single
+// line naming what was wrong and what was expected, then a non-zero exit; under MPI a hook makes
+// every rank stop, so an error on one rank never leaves the others waiting in a collective),
+// checked file I/O, and the 256-int header that each of llm.c's binary files begins with.
 #pragma once
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -60,3 +62,33 @@ private:
     std::string path_;
     FILE* f_;
 };
+
+// ----------------------------------------------------------------------------
+// llm.c's binary files (checkpoint, state, token shard, tokenizer, eval set) begin with 256
+// int32: magic, version, then the format's own fields.
+
+constexpr int kHeaderInts = 256;
+constexpr size_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
+
+// what a reader knows of one such format
+struct FileFormat {
+    const char* name;        // as messages call the file ("bad magic 7 in token shard")
+    const char* header;      // as they call its header ("truncated while reading the shard header")
+    int32_t magic, version;  // version 0: the reader checks it (a format with several)
+};
+
+struct FileHeader {
+    int32_t field[kHeaderInts];
+    int32_t operator[](int i) const { return field[i]; }
+};
+
+// The header of an open file, its magic and version checked: one line naming the file when it is
+// shorter than a header or another format or version.
+inline FileHeader read_header(FILE* f, const std::string& path, const FileFormat& format) {
+    FileHeader h;
+    read_exact(h.field, kHeaderBytes, f, path, format.header);
+    if (h[0] != format.magic) fatal(1, "%s: bad magic %d in %s (expected %d)", path.c_str(), h[0], format.name, format.magic);
+    if (format.version != 0 && h[1] != format.version)
+        fatal(1, "%s: unsupported %s version %d (expected %d)", path.c_str(), format.name, h[1], format.version);
+    return h;
+}
