@@ -42,10 +42,11 @@
 # Time. Each phase ends by its deadline, a share of --budget (shares of the phases run, scaled to
 # it), so a slow phase cannot take a later one's time; within a phase each build gets its part in
 # turn; what cannot start in time is said SKIP (out of time). Shares of the default 540 s:
-#   build     120 s  both builds side by side (one build, 5 binaries at -j5, took 37 s on the H200)
+#   build      90 s  both builds side by side (one build, 5 binaries at -j5, took 37 s on the H200)
 #   kernels   150 s  bf16 and fp32 kernel tests per build, --timeout each, a test rerun alone half
-#   zero      120 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
-#   bench     150 s  bench_gpu.sh per build, --timeout a run (d12, d24, d48, ZeRO 0-3, offload)
+#   zero       90 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
+#   bench     210 s  bench_gpu.sh per build, --timeout a run (attention, kernels, d12 and its
+#                    kernel table, d48, offload, d24, ZeRO 0-3: the most wanted first)
 #   memcheck  150 s  only with --memcheck; memcheck slows kernels tens of times
 # The tests and benchmarks are not timed on a GPU yet; should two builds not fit one call, split
 # it: --only kernels,zero, then --only bench.
@@ -170,7 +171,7 @@ say "build: sm_${arch:-90}, MPI $([ -n "$mpi" ] && echo "${mpi#"$PWD"/}" || echo
 [ ${#builds[@]} -gt 0 ] || exit 1
 
 # each phase's deadline: its share of the budget, the shares of the phases run scaled to it
-declare -A share=([build]=120 [kernels]=150 [zero]=120 [bench]=150 [memcheck]=150) deadline=()
+declare -A share=([build]=90 [kernels]=150 [zero]=90 [bench]=210 [memcheck]=150) deadline=()
 total=${share[build]}
 for p in "${phases[@]}"; do total=$((total + share[$p])); done
 sum=0 until=""
@@ -193,7 +194,7 @@ zero_bins=(test/test_zero_cuda test/test_zero_cuda_fp32)
 targets=()
 { has kernels "${phases[@]}" || has memcheck "${phases[@]}"; } && targets+=("${kernels_bins[@]}")
 has zero "${phases[@]}" && [ -n "$mpi" ] && targets+=("${zero_bins[@]}")
-has bench "${phases[@]}" && targets+=(train_gpt)
+has bench "${phases[@]}" && targets+=(train_gpt scripts/bench_attention test/bench_kernels_cuda)
 jobs=$(($(nproc) / ${#builds[@]}))
 declare -A maker=()
 for b in "${builds[@]}"; do
