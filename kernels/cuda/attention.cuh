@@ -80,14 +80,13 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                const float* lse, int B, int T, int C, int NH) {
     if (B == 0 || T == 0) return;
-    const int hs = C / NH;
     float* delta = (float*)scratch((size_t)B * NH * T * sizeof(float));
     attention_backward_delta(delta, dout, out, B, T, C, NH);
 #ifdef ENABLE_FP32
     plain_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH);
 #else
-    FlashArgs a{qkv, nullptr, const_cast<float*>(lse), dout, delta, dqkv, B, T, C, NH, hs, false};
-    a.vec = hs % 8 == 0 && C % 8 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
+    FlashArgs a{qkv, nullptr, const_cast<float*>(lse), dout, delta, dqkv, B, T, C, NH, C / NH, false};
+    a.vec = a.hs % 8 == 0 && C % 8 == 0 && aligned16(qkv) && aligned16(dout) && aligned16(dqkv);
     flash_attention_backward(a);
 #endif
 }
