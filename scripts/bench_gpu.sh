@@ -10,9 +10,18 @@ cd "$(dirname "$0")/.."
 DATA=${DATA:-/tmp/bench_tokens.bin}
 TRAIN_GPT=${TRAIN_GPT:-./train_gpt}  # which build's (scripts/gpu_check.sh runs each)
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-120}  # seconds one run may take: a hang costs that, not the rest
-timed() {  # COMMAND...: runs it, cut at BENCH_TIMEOUT, and says so when it was
-    timeout -k 10 "$BENCH_TIMEOUT" "$@" 2>&1
-    [ $? -ne 124 ] || echo "cut at its ${BENCH_TIMEOUT} s timeout"
+# BENCH_DEADLINE: the time (seconds since the epoch) by which every run has ended, so that none
+# outlives the caller's time (scripts/gpu_check.sh: its phase's end), on the GPU beside the next
+BENCH_DEADLINE=${BENCH_DEADLINE:-}
+timed() {  # COMMAND...: runs it, cut at BENCH_TIMEOUT or BENCH_DEADLINE, and says so when it was
+    local t=$BENCH_TIMEOUT left
+    if [ -n "$BENCH_DEADLINE" ]; then
+        left=$((BENCH_DEADLINE - $(date +%s)))
+        [ "$left" -ge "$t" ] || t=$left
+        if [ "$t" -lt 1 ]; then echo "not run: out of time"; return 124; fi
+    fi
+    timeout -k 5 "$t" "$@" 2>&1
+    [ $? -ne 124 ] || echo "cut at its ${t} s timeout"
 }
 [ -f "$DATA" ] || python3 -c "
 import sys, numpy as np; sys.path.insert(0, 'data')
@@ -24,6 +33,7 @@ report() {  # TITLE ROWS OUTPUT: "bench TITLE: ms/step, tok/s, MFU" of train_gpt
     ms=$(echo "$3" | grep -E '^step' | awk -F'|' 'NR>3 { sub(/ ms/, "", $5); s += $5; n++ } END { if (n) printf "%.2f", s / n }')
     mfu=$(echo "$3" | grep -E '^step' | awk 'NR>3 { if (match($0, /MFU [0-9.]+%/)) { s += substr($0, RSTART + 4, RLENGTH - 5); n++ } }
                                          END { if (n) printf "%.1f%%", s / n; else print "n/a (GPU not in train/progress.h)" }')
+    if [ "$3" = "not run: out of time" ]; then echo "bench $1: not run (out of time)"; return 1; fi
     if [ -z "$ms" ]; then echo "bench $1: FAILED"; echo "$3" | tail -5; return 1; fi
     awk -v title="$1" -v rows="$2" -v ms="$ms" -v mfu="$mfu" 'BEGIN {
         printf "bench %s: %.1f ms/step, %.0f tok/s, MFU %s\n", title, ms, rows * 1024 / (ms / 1000), mfu }'

@@ -20,6 +20,8 @@
 #      within the test, bf16; surfacing in the next test, fp32) and a train_gpt that hangs at d24:
 #      a line naming the test each binary died in, one per test that it did not finish, run alone,
 #      the faulting launch named; the hanging benchmark cut at its timeout, the ones after it reported
+#   4. the hanging benchmark with a timeout longer than the bench phase's time: cut at the phase's
+#      end, no process of it left running, the runs after it said SKIP (out of time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "gpu_rehearsal: needs root, for its mount and network namespaces" >&2; exit 2; }
@@ -119,13 +121,17 @@ unshare --mount --net --propagation private env -i HOME="$HOME" PATH="$box/shims
     g++ -O1 -isystem .deps/include -DFAULT_SURFACES_LATER scripts/gpu_rehearsal_fault.cpp -o test/test_kernels_cuda_fp32 \
         .deps/lib/libgtest.a -lpthread
     cp "$BOX/train_gpt" train_gpt
-    PATH=$BOX/gpu:$PATH run 3 --only default,kernels,bench --timeout 10'
+    PATH=$BOX/gpu:$PATH run 3 --only default,kernels,bench --timeout 10
+    # the hanging benchmark again, now with a run timeout longer than the bench phase: the phase
+    # ends it, and nothing of it stays on the GPU
+    PATH=$BOX/gpu:$PATH run 4 --only default,bench --timeout 300 --budget 45
+    pgrep -f "^sleep 100000$" | wc -l >"$BOX/left.4"'
 rc=$?
 set -e
 fail() { echo "gpu rehearsal FAILED: $*"; exit 1; }
 [ $rc -eq 0 ] || fail "the sandbox ended with status $rc"
 
-for n in 0 1 2 3; do
+for n in 0 1 2 3 4; do
     read -r rc secs <"$box/rc.$n"
     echo "== run $n: gpu_check.sh exited $rc after $secs s; the summary it left in \$OUT:"
     cat "$box/out.$n/gpu_summary.txt" || cat "$box/stdout.$n"
@@ -182,11 +188,17 @@ has 3 '^PASS  default kernels bf16: Cuda.AdamW alone: '
 has 3 '^FAIL  default kernels fp32: died \(exit 1\) in \[ RUN \] Cuda.Elementwise: .*; 2 of 5 tests ended, the other 3 run alone'
 has 3 '^FAIL  default kernels fp32: Cuda.Elementwise passes alone: the fault came from an earlier test; the 2 before it run alone'
 has 3 '^FAIL  default kernels fp32: Cuda.Attention alone died \(exit 1\): error: CUDA error at the launch in attention_forward'
-has 3 '^bench default d12 B=64 T=1024 r=0: 100.0 ms/step'
+has 3 '^bench default d12 B=64 T=1024 r=1: 100.0 ms/step'
 has 3 '^FAIL  bench default d24 B=32 T=1024 r=0: FAILED'
 has 3 'cut at its 10 s timeout'
 has 3 '^bench default d48 B=16 T=1024 r=2 --offload cpu: 100.0 ms/step'
 ! grep -q candidate "$summary" || fail "run 3: --only default ran the candidate build"
+check 4
+[ "$secs" -lt 70 ] || fail "run 4 took $secs s: the bench phase did not end by its budget"
+[ "$(cat "$box/left.4")" = 0 ] || fail "run 4: the hanging benchmark outlived gpu_check ($(cat "$box/left.4") left)"
+has 4 '^FAIL  bench default d24 B=32 T=1024 r=0: FAILED'
+has 4 'cut at its [0-9]+ s timeout'
+has 4 '^SKIP  bench default d12 B=16 T=1024, 2 ranks sharing the GPU, ZeRO 3: not run \(out of time\)'
 echo "gpu rehearsal passed: both kernel builds built from a copy of the tree and .deps/ ($(du -sh "$box/tree/.deps" | cut -f1))" \
     "with no package manager and NCCL in a wheel; no GPU: every test SKIP; a GPU CUDA cannot use: FAIL; a faulting" \
-    "test named and the tests after it run alone; a hanging benchmark cut at its timeout"
+    "test named and the tests after it run alone; a hanging benchmark cut at its timeout, or at its phase's end with nothing left running"
