@@ -329,7 +329,7 @@ static const Flag kFlags[] = {
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
-    {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (GELU is its own kernel here)"},
+    {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (here: in bf16 always, where cuBLASLt offers it)"},
     {"-pn", "--num-processes", 'i', FIELD(num_processes), 0, 1 << 20, "ranks, checked against mpirun's (0: as mpirun says)"},
     {"-pr", "--process-rank", 'i', FIELD(process_rank), -1, 1 << 20, "this rank, checked against mpirun's (-1: as mpirun says)"},
     {"-pg", "--gpus-per-node", 'i', FIELD(gpus_per_node), 1, 1 << 20, "llm.c's GPUs per node (here: each node's rank count)"},
@@ -546,7 +546,7 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
     if (given(cfg, "-w") && !Backend::has_master_weights)
         printf("note: -w: the %s backend's parameters are fp32 already, so there are no separate master weights\n", Backend::name);
     if (given(cfg, "-f")) printf("note: -f: this trainer's matmuls never use TF32 (fp32 stays fp32), so there is nothing to switch\n");
-    if (given(cfg, "-ge")) printf("note: -ge: GELU is its own kernel here, never fused into a matmul; the result is the same\n");
+    if (given(cfg, "-ge")) printf("note: -ge: GELU runs inside the matmuls in the bf16 CUDA build wherever cuBLASLt offers it, as its own kernel elsewhere, whatever -ge says\n");
     if (given(cfg, "-pg")) printf("note: -pg: each rank takes a GPU by its rank on the node (from mpirun), not from -pg\n");
     if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
 }

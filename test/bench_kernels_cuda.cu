@@ -3,7 +3,7 @@
 // timed alone with CUDA events (the median of kRepeats calls, each on the next of enough copies
 // of its inputs that together they are larger than L2, so every call reads from memory), beside
 // the bytes it must move at least and the GB/s that makes; then its calls per step and the ms
-// they add up to. The fused GEMM epilogues of the candidate build (GELU, DGELU, BGRADB) have no
+// they add up to. The fused GEMM epilogues of the bf16 build (GELU, DGELU, BGRADB) have no
 // kernel of their own: they are timed as the GEMM with the epilogue less the plain GEMM.
 // The encoder backward runs on uniform tokens, on Zipf-distributed ones (as real text repeats
 // a few tokens) and, given an llm.c token shard as the first argument, on its first B*T tokens.
@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
                median_ms(copies, [&](int c) { G::residual_forward(s.at(c, 2), s.at(c, 0), s.at(c, 1), n); }), kL);
     }
     {  // GELU: the backward's recomputation (-r 1), and forward and backward where the GEMM does not take them
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+#ifndef ENABLE_FP32
         const int separate = 0;
 #else
         const int separate = kL;
@@ -244,12 +244,8 @@ int main(int argc, char** argv) {
             const int copies = copies_for(bytes);
             Sets s(1, kBT * oc, copies, 70);
             X* db = device_random<X>(oc, 71, false);
-#ifdef KERNELS_CANDIDATE
             auto launch = [&](int c) { gpu::column_sums_add(db, s.at(c, 0), kBT, oc); };
-#else
-            auto launch = [&](int c) { gpu::column_sums_add(db, nullptr, s.at(c, 0), nullptr, nullptr, nullptr, kBT, oc); };
-#endif
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+#ifndef ENABLE_FP32
             const int calls = 0;  // one micro-batch a step: BGRADB in the dweight GEMM (timed below)
 #else
             const int calls = oc == kC ? 2 * kL : kL;
@@ -307,7 +303,7 @@ int main(int argc, char** argv) {
         printf("fc GEMM forward %.3f ms, with GELU (matmul_gelu_forward) %.3f ms; fc projection backward GEMMs %.3f ms, "
                "with GELU' and its bias gradient (matmul_gelu_backward) %.3f ms\n",
                plain_fwd, fused_fwd, plain_bwd, fused_bwd);
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+#ifndef ENABLE_FP32
         // the epilogues' cost, as the step pays it (the separate kernels' rows above count 0 here)
         report("GELU epilogue (fc forward)", 0.0, fused_fwd - plain_fwd, kL);
         report("DGELU + BGRADB epilogues (fc projection)", 0.0, fused_bwd - plain_bwd, kL);

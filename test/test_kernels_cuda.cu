@@ -126,10 +126,11 @@ std::vector<unsigned char> bytes(const Dev<X>& d) {
 
 // closeness() (test_util.h) as a test expectation; returns the indices of the failing elements
 std::vector<size_t> expect_close(const std::vector<float>& got, const std::vector<float>& want, Tol tol,
-                                 const char* what, float scale_floor = 0.0f) {
+                                 const char* what, float scale_floor = 0.0f,
+                                 const std::vector<float>* allowance = nullptr) {
     EXPECT_EQ(got.size(), want.size()) << what;
     if (got.size() != want.size()) return {};
-    const Closeness c = closeness(got, want, tol.atol, tol.rtol, scale_floor);
+    const Closeness c = closeness(got, want, tol.atol, tol.rtol, scale_floor, allowance);
     worst_error().note(c.nearest.error, c.nearest.tolerance, what);
     const size_t first = c.failing.empty() ? 0 : c.failing[0];
     EXPECT_EQ(c.failing.size(), 0u) << what << ": " << c.failing.size() << " of " << got.size()
@@ -182,7 +183,17 @@ void check_encoder(int B, int T, int C, int V, const std::vector<int>& tok) {
     G::encoder_backward(d_dwte.p, d_dwpe.p, d_dout.p, d_tok.p, B, T, C);
     std::vector<unsigned char> first_wte = bytes(d_dwte), first_wpe = bytes(d_dwpe);
     CpuBackend::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
-    expect_close(down(d_dwte), dwte, kReduce, "encoder_backward dwte");
+    // the CPU adds each token's run position by position, the GPU in blocks: where a run is long
+    // (thousands of terms) the two fp32 sums differ by the CPU's own rounding
+    std::vector<size_t> run((size_t)V, 0);
+    std::vector<double> squares((size_t)V * C, 0.0);
+    for (size_t i = 0; i < tok.size(); i++) {
+        run[tok[i]]++;
+        for (int c = 0; c < C; c++) squares[(size_t)tok[i] * C + c] += (double)dout[i * C + c] * dout[i * C + c];
+    }
+    std::vector<float> allowance((size_t)V * C);
+    for (size_t i = 0; i < allowance.size(); i++) allowance[i] = fp32_sum_allowance(run[i / C], squares[i]);
+    expect_close(down(d_dwte), dwte, kReduce, "encoder_backward dwte", 0.0f, &allowance);
     expect_close(down(d_dwpe), dwpe, kReduce, "encoder_backward dwpe");
 
     // determinism: the same inputs give the same bits
@@ -300,8 +311,8 @@ void check_matmul(int N, int C, int OC, bool with_bias, int offset = 0) {
     std::vector<float> dinp = random_vec((size_t)N * C, -9, 9, 24);  // overwritten: garbage in
     std::vector<float> dw = random_vec((size_t)OC * C, -1, 1, 25);
     Dev<X> d_dout = up(pad(dout));
-    // dbias_zeroed: dbias holds zeros and may be written (cuBLASLt's BGRADB in the candidate
-    // build); else added to
+    // dbias_zeroed: dbias holds zeros and may be written (cuBLASLt's BGRADB in the bf16 build);
+    // else added to
     for (const bool zeroed : {false, true}) {
         SCOPED_TRACE(zeroed ? "dbias zeroed" : "dbias accumulated");
         std::vector<float> want_dinp = dinp, want_dw = dw;
@@ -388,7 +399,7 @@ TEST_F(Cuda, MatmulTrainingShapes) {
     check_matmul_sampled(8192, 6400, 1600, true);   // d48's fc projection
 }
 
-// GELU in the matmuls (cuBLASLt's epilogues in the candidate bf16 build) against the separate
+// GELU in the matmuls (cuBLASLt's epilogues in the bf16 build) against the separate
 // kernels they replace: matmul_gelu_forward against matmul_forward then gelu_forward, and
 // matmul_gelu_backward against matmul_backward then gelu_backward, dbias written over zeros and
 // added to; and both against the CPU.
@@ -880,7 +891,7 @@ TEST_F(Cuda, ModelMatchesCpu) {
     std::vector<float> gpu_loss_r1 = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {1}, &gpu_norms_r1);
     std::vector<float> gpu_loss_r2 = train_steps<CudaBackend>(mc, init, tokens, B, T, steps, {2}, &gpu_norms_r2);
     EXPECT_EQ(gpu_loss_r2, gpu_loss_r1) << "recompute=2 changed the losses of recompute=1";
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+#ifndef ENABLE_FP32
     // GELU in the matmul's epilogue takes GELU of the fp32 product, the recomputation GELU of
     // the stored bf16 one: -r 0 and -r 1 differ by that rounding from the first backward on
     EXPECT_EQ(gpu_loss_r1[0], gpu_loss[0]) << "recompute=1 changed the forward";
@@ -908,20 +919,17 @@ TEST_F(Cuda, OffloadMatchesNoOffload) {
 
 // Kernel launches per training step (kernels and library calls, as check_launch counts them),
 // from the code: forward 9 per layer + 5 (encoder, final layernorm, classifier matmul,
-// softmax-loss, loss sum); backward 26 per layer + 9 (2 per matmul, +2 for a bias's column
-// sums; 3 per layernorm; attention 3, GELU 1; classifier matmul 2, final layernorm 3, encoder 4);
-// optimizer 2 (one norm, one AdamW launch). At d12: 35 * 12 + 16 = 436.
-// The candidate build: layernorm backward 2 (one pass, then the partial sums' finish), encoder 5
-// (the wte backward in 2); in bf16 also GELU inside the fc matmul (forward 8 per layer), DGELU
-// inside the projection's dinp matmul and, gradients being zero in this one-micro-batch step,
-// each bias gradient inside its dweight matmul (backward 15 per layer): 23 * 12 + 16 = 292 at
-// d12; in fp32, 9 + 24 per layer: 33 * 12 + 16 = 412.
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+// softmax-loss, loss sum); backward 24 per layer + 9 (2 per matmul, +2 for a bias's column
+// sums; 2 per layernorm: one pass, then the partial sums' finish; attention 3, GELU 1;
+// classifier matmul 2, final layernorm 2, encoder 5: the wte backward in 2); optimizer 2 (one
+// norm, one AdamW launch). In fp32: 33 * 12 + 16 = 412 at d12. In bf16 GELU is inside the fc
+// matmul (forward 8 per layer), GELU' inside the projection's dinp matmul and, gradients being
+// zero in this one-micro-batch step, each bias gradient inside its dweight matmul (backward 15
+// per layer): 23 * 12 + 16 = 292 at d12 (448 and 436 before these fusions).
+#ifndef ENABLE_FP32
 constexpr int kLaunchesPerLayer = 23;
-#elif defined(KERNELS_CANDIDATE)
-constexpr int kLaunchesPerLayer = 33;
 #else
-constexpr int kLaunchesPerLayer = 35;
+constexpr int kLaunchesPerLayer = 33;
 #endif
 TEST_F(Cuda, LaunchesPerStep) {
     GPT2Config mc;

@@ -2,10 +2,10 @@
 // in place by dlogits = (softmax - onehot(target)) * dloss, so no second vocabulary-sized buffer
 // exists; padding columns V..Vp-1 get zero. losses are fp32 per row. dloss == 0 (inference)
 // keeps the logits.
-// The candidate build holds each row in shared memory (GPT-2's 50304 logits: 100 KB in bf16, two
-// rows an SM; 201 KB in fp32): one 16-byte read and one 16-byte write of each logit, the padding
-// columns only written; a row wider than a block's shared memory takes the kernel that reads it
-// twice.
+// In bf16 each row is held in shared memory (GPT-2's 50304 logits: 100 KB, two rows an SM): one
+// 16-byte read and one 16-byte write of each logit, the padding columns only written. A row wider
+// than a block's shared memory, and the fp32 build (the reference), take the kernel that reads the
+// row twice.
 #pragma once
 #include "common.cuh"
 
@@ -42,7 +42,6 @@ __global__ void __launch_bounds__(kClassifierBlock)
     }
 }
 
-#ifdef KERNELS_CANDIDATE
 constexpr int kClassifierRowBlock = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -95,7 +94,7 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     if (N == 0) return;
     const size_t smem = (size_t)Vp * sizeof(floatX);
     // room left for block_max's and block_sum's static shared memory
-    if (Vp % x128::size == 0 && aligned16(logits) && smem + 1024 <= ctx().max_smem_optin) {
+    if (sizeof(floatX) == 2 && Vp % x128::size == 0 && aligned16(logits) && smem + 1024 <= ctx().max_smem_optin) {
         static size_t opted_in = 48 << 10;  // a row beyond the default 48 KiB must be asked for
         if (smem > opted_in) {
             CUDA_CHECK(cudaFuncSetAttribute(classifier_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -107,14 +106,6 @@ inline void fused_classifier(floatX* logits, float* losses, const int* targets, 
     }
     check_launch();
 }
-#else
-inline void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp) {
-    if (N == 0) return;
-    fused_classifier_kernel<<<N, kClassifierBlock, 0, stream()>>>(logits, losses, targets, dloss, V, Vp);
-    check_launch();
-}
-
-#endif
 
 // *acc += the mean of losses[0..N) rounded to float, as the CPU's mean_loss_add: one block
 // adds in a fixed order, so the loss stays on the device until the step reads it once

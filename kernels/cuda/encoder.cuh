@@ -2,10 +2,10 @@
 //
 // Backward without float atomics, so every run gives the same bits: the positions are sorted
 // by token id (CUB's radix sort is stable and deterministic), and each run of equal tokens is
-// summed in increasing position order before it is added to its wte row. The candidate build
-// cuts the sorted positions into fixed segments, one block each, so a long run (real text repeats
-// a few tokens very often) is summed by many blocks, and adds a run's pieces in segment order;
-// the default build sums each run in one block. dwpe[t] sums over b in order, one thread per (t, c).
+// summed in a fixed order before it is added to its wte row: the sorted positions are cut into
+// fixed segments, one block each, so a long run (real text repeats a few tokens very often) is
+// summed by many blocks, and a run's pieces are added in segment order. dwpe[t] sums over b in
+// order, one thread per (t, c).
 #pragma once
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
@@ -50,7 +50,6 @@ __global__ void iota_kernel(int* x, int n) {
     if (i < n) x[i] = i;
 }
 
-#ifdef KERNELS_CANDIDATE
 constexpr int kEncoderSegment = 64;    // sorted positions a block of the segment kernel sums
 constexpr int kEncoderPieceGroups = 8;  // thread rows that share a long run's pieces
 
@@ -129,22 +128,6 @@ __global__ void encoder_backward_runs_kernel(floatX* dwte, const float* pieces, 
     floatX* d = dwte + (size_t)tok * C + c;
     *d = (floatX)((float)*d + acc);
 }
-#else
-// grid (BT, channel blocks). Block i does work only when sorted position i starts a run of
-// equal tokens; it then owns that token's wte row (for its channels), so no two blocks write
-// the same element.
-__global__ void encoder_backward_wte_kernel(floatX* dwte, const floatX* dout, const int* sorted_tokens,
-                                            const int* sorted_pos, int BT, int C) {
-    const int i = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-    const int tok = sorted_tokens[i];
-    if (c >= C || (i > 0 && sorted_tokens[i - 1] == tok)) return;
-    float sum = 0.0f;
-    for (int j = i; j < BT && sorted_tokens[j] == tok; j++) sum += (float)dout[(size_t)sorted_pos[j] * C + c];
-    floatX* d = dwte + (size_t)tok * C + c;
-    *d = (floatX)((float)*d + sum);
-}
-
-#endif
 
 __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -154,7 +137,6 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, in
     dwpe[idx] = (floatX)((float)dwpe[idx] + sum);
 }
 
-#ifdef KERNELS_CANDIDATE
 inline void encoder_backward_wte(floatX* dwte, float* pieces, const floatX* dout, const int* sorted_tokens,
                                  const int* sorted_pos, int BT, int C) {
     const int segments = ceil_div(BT, kEncoderSegment);
@@ -176,16 +158,6 @@ inline void encoder_backward_wte(floatX* dwte, float* pieces, const floatX* dout
 inline size_t encoder_backward_pieces_bytes(int BT, int C) {
     return (size_t)ceil_div(BT, kEncoderSegment) * 2 * C * sizeof(float);
 }
-#else
-inline void encoder_backward_wte(floatX* dwte, float*, const floatX* dout, const int* sorted_tokens,
-                                 const int* sorted_pos, int BT, int C) {
-    const int block = C < 256 ? (C + 31) / 32 * 32 : 256;
-    encoder_backward_wte_kernel<<<dim3(BT, ceil_div(C, block)), block, 0, stream()>>>(dwte, dout, sorted_tokens,
-                                                                                    sorted_pos, BT, C);
-    check_launch();
-}
-inline size_t encoder_backward_pieces_bytes(int, int) { return 0; }
-#endif
 
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
                              int B, int T, int C) {

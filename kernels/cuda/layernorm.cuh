@@ -6,8 +6,7 @@
 // each warp reads its row of dout and inp twice (sums, then output), the second time from cache
 // (L1, or L2 where the shared memory below leaves L1 small). dweight/dbias += from per-warp sums
 // in shared memory, added up per block in warp order, then over blocks in block order
-// (column_sum.cuh): no float atomics, the same bits every run. (The default build's backward
-// reads the rows again for separate column sums.)
+// (column_sum.cuh): no float atomics, the same bits every run.
 #pragma once
 #include <algorithm>
 
@@ -98,7 +97,6 @@ inline void residual_layernorm_forward(floatX* residual_out, floatX* out, float*
     layernorm_forward_launch<true>(residual_out, out, mean, rstd, a, b, w, bias, N, C);
 }
 
-#ifdef KERNELS_CANDIDATE
 // Rows per warp in one block; with the warps per block (from C) this fixes which rows each
 // partial sum holds, so the bits depend on N and C only.
 constexpr int kLayernormBackwardRowsPerWarp = 16;
@@ -206,40 +204,5 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
     check_launch();
     column_finish_add(dbias, dweight, partial, blocks, C);
 }
-#else
-// dinp[i,:] += (dout*w - mean(dout*w) - norm * mean(dout*w*norm)) * rstd, one warp per row
-__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                               const floatX* w, const float* mean, const float* rstd,
-                                               int N, int C) {
-    const int lane = threadIdx.x % kWarp;
-    const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-    if (row >= N) return;
-    const size_t off = (size_t)row * C;
-    const float m = mean[row], s = rstd[row];
-    float dn_sum = 0.0f, dnn_sum = 0.0f;
-    for (int c = lane; c < C; c += kWarp) {
-        float dn = (float)dout[off + c] * (float)w[c];
-        dn_sum += dn;
-        dnn_sum += dn * ((float)inp[off + c] - m) * s;
-    }
-    const float dn_mean = warp_sum(dn_sum) / C, dnn_mean = warp_sum(dnn_sum) / C;
-    for (int c = lane; c < C; c += kWarp) {
-        float norm = ((float)inp[off + c] - m) * s;
-        float d = ((float)dout[off + c] * (float)w[c] - dn_mean - norm * dnn_mean) * s;
-        dinp[off + c] = (floatX)((float)dinp[off + c] + d);
-    }
-}
-
-inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                               const floatX* inp, const floatX* w, const float* mean, const float* rstd,
-                               int N, int C) {
-    if (N == 0) return;
-    layernorm_backward_dinp_kernel<<<ceil_div(N, kLayernormBlock / kWarp), kLayernormBlock, 0, stream()>>>(
-        dinp, dout, inp, w, mean, rstd, N, C);
-    check_launch();
-    column_sums_add(dbias, dweight, dout, inp, mean, rstd, N, C);
-}
-
-#endif
 
 }  // namespace gpu

@@ -3,7 +3,7 @@
 // out^T (OC, N) = W^T' (OC, C) @ inp^T (C, N) where W^T' reads the stored W transposed.
 // Forward adds the bias in the GEMM epilogue (no second pass over out). Backward: dinp is
 // overwritten, dweight accumulates through beta = 1, and dbias += uses the deterministic column
-// sums (cuBLASLt's BGRADB epilogue writes instead of adding). The candidate bf16 build also puts
+// sums (cuBLASLt's BGRADB epilogue writes instead of adding). The bf16 build also puts
 // GELU in the epilogues (GELU_AUX_BIAS forward: the pre-GELU output and its GELU from one GEMM;
 // DGELU backward: dinp times GELU' of the pre-GELU input), and takes dbias from BGRADB inside the
 // dweight GEMM where dbias still holds zeros; wherever cuBLASLt has no algorithm for an epilogue
@@ -150,7 +150,7 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* w, cons
 inline void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w,
                                 const floatX* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+#ifndef ENABLE_FP32
     // one GEMM writes both, GELU taken of the fp32 result
     if (bias != nullptr && aligned16(bias) && aligned16(pre_gelu) && gemm_alignment(C, C, OC, {w, inp, out_gelu}) == 16 &&
         gemm_lt(out_gelu, w, inp, OC, N, C, true, false, C, C, OC, 0.0f,
@@ -169,7 +169,7 @@ inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, c
                                  const floatX* w, const floatX* pre_gelu, int N, int C, int OC, bool dbias_zeroed) {
     if (N == 0) return;
     bool fused_gelu = false, fused_bias = false;
-#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+#ifndef ENABLE_FP32
     if (pre_gelu != nullptr && aligned16(pre_gelu) && gemm_alignment(C, OC, C, {w, dout, dinp}) == 16)
         fused_gelu = gemm_lt(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
                              GemmEpilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu});
@@ -185,11 +185,7 @@ inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, c
     if (fused_bias) return;
     // dW^T (C, OC) = (inp stored (C, N)) @ (dout stored (OC, N))^T
     gemm_lt(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f);
-#ifdef KERNELS_CANDIDATE
     if (dbias != nullptr) column_sums_add(dbias, dout, N, OC);
-#else
-    if (dbias != nullptr) column_sums_add(dbias, nullptr, dout, nullptr, nullptr, nullptr, N, OC);
-#endif
 }
 
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
