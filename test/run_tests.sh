@@ -57,6 +57,7 @@ run_gtest "model vs PyTorch, NO_BLAS matmul" env OMP_NUM_THREADS=2 test/test_mod
 run_gtest "file formats" env OMP_NUM_THREADS=2 test/test_formats
 run_gtest "flags, schedules, determinism, training" env OMP_NUM_THREADS=2 test/test_training
 run_gtest "HellaSwag file, -h flag, scoring and rank split" env OMP_NUM_THREADS=2 test/test_hellaswag
+run_gtest "every file train_gpt reads, mutated: exit 0 or one error line, never a crash" env OMP_NUM_THREADS=1 test/test_file_fuzz
 for n in 1 2 3 4; do
     run_gtest "ZeRO stages 0-3 on $n rank(s)" env OMP_NUM_THREADS=1 mpirun -np "$n" --oversubscribe -x OMP_NUM_THREADS test/test_zero
 done
