@@ -21,7 +21,7 @@
 
 namespace {
 
-constexpr int kV = 64, kB = 4, kT = 16;
+constexpr int kV = 64, kB = 4;  // tiny_config's vocabulary; T is its 16
 constexpr const char* kModel = "L=1,NH=1,C=8,V=64,maxT=16";
 
 struct Mutant {
@@ -160,22 +160,16 @@ protected:
 
     // one update from model.bin with every other file: validation, HellaSwag and a text sample
     TrainConfig fresh_run() const {
-        TrainConfig cfg;
+        TrainConfig cfg = tiny_config(dir_ + "/train.bin", 1);
         cfg.init = dir_ + "/model.bin";
-        cfg.train_data = dir_ + "/train.bin";
         cfg.val_data = dir_ + "/val.bin";
         cfg.tokenizer = dir_ + "/tok.bin";
         cfg.hellaswag = 1;
         cfg.hellaswag_file = dir_ + "/hellaswag.bin";
-        cfg.output_dir = "";
-        cfg.B = kB;
-        cfg.T = kT;
+        cfg.B = kB;  // HellaSwag's 4 rows
         cfg.max_steps = 1;
-        cfg.val_every = 1;
-        cfg.val_steps = 1;
-        cfg.sample_every = 1;
+        cfg.val_every = cfg.val_steps = cfg.sample_every = 1;
         cfg.gen_len = 4;
-        cfg.quiet = 1;
         return cfg;
     }
 
