@@ -21,8 +21,8 @@ public:
         // each token takes at least its length byte: the file's size bounds the count
         const size_t body = file_size(f) - kHeaderBytes;
         if (vocab == 0 || vocab > (uint32_t)INT32_MAX || vocab > body)
-            fatal(1, "%s: vocabulary of %u tokens in the header, expected 1 to the %zu the file's %zu bytes after it can hold", path.c_str(),
-                  vocab, std::min<size_t>(body, INT32_MAX), body);
+            fatal(1, "%s: the header's vocabulary of %u tokens, expected 1 to %zu (a byte each at least, in the file's %zu bytes after the header)",
+                  path.c_str(), vocab, std::min<size_t>(body, INT32_MAX), body);
         if (eot >= vocab) fatal(1, "%s: end-of-text token %u is outside the vocabulary of %u", path.c_str(), eot, vocab);
         eot_ = (int)eot;
         tokens_.resize(vocab);

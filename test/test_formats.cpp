@@ -228,7 +228,7 @@ TEST_F(Files, HeaderCountsAreCheckedAgainstTheFileSize) {
     for (int32_t vocab : {-1, 0, 1 << 30, INT32_MAX, INT32_MIN}) {
         ((int32_t*)tok.data())[2] = vocab;
         write_bytes(path("tok.bin"), tok.data(), tok.size());
-        EXPECT_EXIT(Tokenizer(path("tok.bin")), ExitedWithCode(1), "tok.bin: vocabulary of [0-9]+ tokens in the header, expected 1 to the [0-9]+") << vocab;
+        EXPECT_EXIT(Tokenizer(path("tok.bin")), ExitedWithCode(1), "tok.bin: the header's vocabulary of [0-9]+ tokens, expected 1 to [0-9]+ \\(a byte each at least") << vocab;
     }
     ((int32_t*)tok.data())[2] = 50000;  // fewer tokens than the file holds
     ((int32_t*)tok.data())[3] = 0;

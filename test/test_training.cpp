@@ -324,6 +324,9 @@ TEST(RunDir, CheckpointFilesAndLlmcRetirementRule) {
     write_done(dir, 2), write_done(dir, 4);
     remove(checkpoint_path(dir, "state", 4).c_str());
     EXPECT_EQ(latest_checkpoint(dir), 2) << "4 lacks its state, 6 its DONE file";
+    fclose(open_file(checkpoint_path(dir, "state", 6), "w"));
+    fclose(open_file(checkpoint_path(dir, "DONE", 6) + ".tmp", "w"));
+    EXPECT_EQ(latest_checkpoint(dir), 2) << "DONE_00000006.tmp is a DONE file not yet written";
     EXPECT_EQ(checkpoint_path(dir, "DONE", 18865), dir + "/DONE_00018865");
     fclose(open_file(dir + "/model_00000008.bin.tmp", "w"));
     remove_partial_writes(dir);
@@ -746,6 +749,12 @@ TEST_F(Training, NonFiniteStepsNeverReachTheWeightsAndStopTheRun) {
     EXPECT_EQ(exit_status(r), kExitNonFinite);
     EXPECT_EQ(files_like(cfg.output_dir + "/model_*"), std::vector<std::string>());
     EXPECT_EQ(files_like(cfg.output_dir + "/DONE_*"), std::vector<std::string>());
+    // a run whose last steps are non-finite, fewer than the limit: no final checkpoint, exit status 3
+    cfg.max_steps = 2;
+    const std::vector<StepRecord> short_run = train<CpuBackend>(cfg, single_comm());
+    ASSERT_EQ(short_run.size(), 2u);
+    EXPECT_EQ(exit_status(short_run), kExitNonFinite);
+    EXPECT_EQ(files_like(cfg.output_dir + "/model_*"), std::vector<std::string>());
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 

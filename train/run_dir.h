@@ -29,7 +29,9 @@ inline int latest_checkpoint(const std::string& dir) {
     int best = 0;
     if (glob((dir + "/DONE_*").c_str(), 0, nullptr, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++) {
-            const int n = atoi(strrchr(g.gl_pathv[i], '_') + 1);
+            const char* digits = strrchr(g.gl_pathv[i], '_') + 1;
+            if (strspn(digits, "0123456789") != strlen(digits)) continue;  // DONE_N.tmp: not yet written
+            const int n = atoi(digits);
             if (n > best && file_exists(checkpoint_path(dir, "model", n)) && file_exists(checkpoint_path(dir, "state", n)))
                 best = n;
         }
