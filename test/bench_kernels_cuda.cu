@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
         ShardTable table{&entry, dev, 1, P};
         const double adam_bytes = P * (2 * x + (G::has_master_weights ? 8.0 : 0.0) + 16.0);
         report("adamw_update", adam_bytes, median_ms(1, [&](int) {
-                   G::adamw_update(params, master, grads, m, v, table, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7);
+                   G::adamw_update(params, master, grads, m, v, table, AdamWStep{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7});
                }), 1);
         float* out = (float*)G::alloc(sizeof(float));
         report("grad_norm_squared", P * x, median_ms(1, [&](int) { G::grad_norm_squared(out, grads, table); }), 1);
