@@ -50,7 +50,7 @@ $(TINY_DATA): | prerequisites-build
 	  $(if $(filter 2,$(words $(wildcard $(SHARED_BPE)))),--vocab-bpe $(SHARED)/gpt2/vocab.bpe --encoder-json $(SHARED)/gpt2/encoder.json)
 data: $(TINY_DATA)
 
-TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training test/test_hellaswag
+TEST_BINS = test/test_ops test/test_model test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz
 ifneq ($(NVCC),)
 TEST_BINS += test/test_kernels_cuda
 test/test_kernels_cuda: | prerequisites-test
@@ -96,4 +96,4 @@ gpu-rehearsal:
 
 clean:
 	rm -rf build
-	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32
+	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32

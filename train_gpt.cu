@@ -30,6 +30,7 @@
 #include "kernels/cpu_backend.h"
 #include "model/shape.h"
 #include "train/hellaswag_eval.h"
+#include "train/nonfinite.h"
 #include "train/outlier_detector.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
@@ -263,6 +264,7 @@ struct TrainConfig {
     int major_every = 0;        // checkpoints at multiples of this are never deleted (0: none are major)
     int resume = 0;
     float skip_loss_z = 0.0f, skip_grad_z = 0.0f;  // 0: off
+    int nonfinite_limit = 5;    // non-finite steps in a row that stop the run
     int shuffle = 1;
     int zero_stage = 0;
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
@@ -311,6 +313,7 @@ static const Flag kFlags[] = {
     {"-c", "--weight-decay", 'f', FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D weights only)"},
     {"-sl", "--skip-loss-z", 'f', FIELD(skip_loss_z), 0, 1e9, "skip the update when the loss z-score (128 steps) exceeds this (0: off)"},
     {"-sg", "--skip-grad-z", 'f', FIELD(skip_grad_z), 0, 1e9, "skip the update when the grad-norm z-score exceeds this (0: off)"},
+    {"", "--nonfinite-limit", 'i', FIELD(nonfinite_limit), 1, 1e9, "stop (exit code 3) after N steps in a row whose loss or grad norm is not finite"},
     {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
     {"-m", "--val-steps", 'i', FIELD(val_steps), -1, 1e9, "validation batches per evaluation (0 or -1: the whole split)"},
     {"-h", "--hellaswag", 'i', FIELD(hellaswag), 0, 1, "1: HellaSwag accuracy every -v steps and at the end"},
@@ -430,9 +433,14 @@ inline float learning_rate(const TrainConfig& cfg, int step, int max_steps) {
 
 struct StepRecord {  // no padding, so records compare with memcmp
     float loss, norm, lr;
-    int skipped;            // 1: the update was skipped (-sl, -sg)
-    double loss_z, grad_z;  // NaN while the outlier windows fill
+    int skipped;            // the update was skipped: 0 it was not, kSkipOutlier (-sl, -sg), kSkipNonFinite
+    double loss_z, grad_z;  // NaN while the outlier windows fill, and for a non-finite step
 };
+
+// the process's exit code after train(): a run that ends on a non-finite step stopped for it
+inline int exit_status(const std::vector<StepRecord>& records) {
+    return !records.empty() && records.back().skipped == kSkipNonFinite ? kExitNonFinite : 0;
+}
 template <class Backend>
 using StepHook = std::function<void(int step, Zero<Backend>& zero)>;
 
@@ -586,12 +594,13 @@ struct Run {
     LossSum<Backend> train_loss;
     uint64_t sample_rng;
     OutlierDetector loss_z, grad_z;
+    NonFiniteSteps nonfinite;
     FILE* log = nullptr;
     std::vector<int> inputs, targets;
 
     Run(const TrainConfig& flags, Communicator& c)
         : cfg(flags), comm(c), rank(c.rank()), world(c.world()), prints_run(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
-          sample_rng((uint64_t)flags.seed * 2654435761u + 1), inputs((size_t)flags.B * flags.T), targets((size_t)flags.B * flags.T) {
+          sample_rng((uint64_t)flags.seed * 2654435761u + 1), nonfinite(flags.nonfinite_limit), inputs((size_t)flags.B * flags.T), targets((size_t)flags.B * flags.T) {
         if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
         const std::string& dir = cfg.output_dir;
@@ -664,7 +673,7 @@ private:
         check_offload_fits(plan.shard_size(), sizeof(typename Backend::floatX));
     }
     void restore_state(const std::string& path) {
-        OptimizerState state = read_state(path, zero->plan().total(), zero->has_master_weights());
+        OptimizerState state = read_state(path, resume_step, mc, zero->has_master_weights());
         if (zero->has_master_weights() && state.master.empty())
             fatal(1, "-y 1: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", resume_step);
         zero->load_state(state.m.data(), state.v.data(), state.master.data());
@@ -725,7 +734,8 @@ void evaluate_when_due(Run<Backend>& run, int step, bool last) {
 }
 
 // Update number step + 1: the micro-steps' forward and backward, then AdamW, unless the loss or
-// the gradient norm is an outlier (-sl, -sg; every rank sees the same two, so all skip or none).
+// the gradient norm is not finite (train/nonfinite.h) or an outlier (-sl, -sg; every rank sees
+// the same two, so all skip or none).
 template <class Backend>
 StepRecord train_step(Run<Backend>& run, int step) {
     const TrainConfig& cfg = run.cfg;
@@ -744,10 +754,18 @@ StepRecord train_step(Run<Backend>& run, int step) {
     r.loss = (float)(run.comm.all_reduce_host(run.train_loss.take() / run.accum) / run.world);
     r.lr = learning_rate(cfg, step, run.max_steps);
     r.norm = zero.grad_norm();
+    if (!run.nonfinite.record(r.loss, r.norm)) {
+        r.loss_z = r.grad_z = NAN;
+        r.skipped = kSkipNonFinite;
+        if (run.prints_run)
+            printf("skipping update: loss %f, grad norm %f: not finite (%d step(s) in a row; the run stops at %d, --nonfinite-limit)\n", r.loss,
+                   r.norm, run.nonfinite.in_a_row(), run.nonfinite.limit());
+        return r;
+    }
     r.loss_z = run.loss_z.update(r.loss, cfg.skip_loss_z);
     r.grad_z = run.grad_z.update(r.norm, cfg.skip_grad_z);
     const bool skip_loss = cfg.skip_loss_z > 0 && r.loss_z > cfg.skip_loss_z, skip_grad = cfg.skip_grad_z > 0 && r.grad_z > cfg.skip_grad_z;
-    r.skipped = skip_loss || skip_grad;
+    r.skipped = skip_loss || skip_grad ? kSkipOutlier : kNotSkipped;
     if (r.skipped) {
         if (run.prints_run) printf("skipping update due to %s z-score of %f\n", skip_loss ? "loss" : "grad", skip_loss ? r.loss_z : r.grad_z);
     } else {
@@ -799,9 +817,10 @@ void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
     zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
     if (!root) return;
     const TrainConfig& cfg = run.cfg;
-    write_checkpoint(checkpoint_path(cfg.output_dir, "model", step), run.mc, params, checkpoint_version(sizeof(typename Backend::floatX)));
-    write_state(checkpoint_path(cfg.output_dir, "state", step), state);
-    write_done(cfg.output_dir, step);
+    const std::string kept = checkpoint_kept(cfg.output_dir);  // said if a write fails
+    write_checkpoint(checkpoint_path(cfg.output_dir, "model", step), run.mc, params, checkpoint_version(sizeof(typename Backend::floatX)), kept);
+    write_state(checkpoint_path(cfg.output_dir, "state", step), state, kept);
+    write_done(cfg.output_dir, step, kept);
     if (int old = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
         remove_checkpoint(cfg.output_dir, old);
 }
@@ -821,8 +840,10 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         // resumed here does them again (its log drops theirs), and must draw the same sample
         const uint64_t sample_rng_before = run.sample_rng;
         evaluate_when_due(run, step, last);
-        if (!run.cfg.output_dir.empty() && step > run.resume_step && (every(run.cfg.checkpoint_every, step) || last))
-            save_checkpoint(run, step, sample_rng_before);
+        const bool checkpoint_due = !run.cfg.output_dir.empty() && step > run.resume_step && (every(run.cfg.checkpoint_every, step) || last);
+        if (checkpoint_due && run.nonfinite.in_a_row() == 0) save_checkpoint(run, step, sample_rng_before);
+        else if (checkpoint_due && !last && run.prints_run) printf("no checkpoint at step %d: its last step was not finite\n", step);
+        if (last && run.nonfinite.in_a_row() > 0 && run.rank == 0) run.nonfinite.print_stop(step, checkpoint_kept(run.cfg.output_dir));
         if (last) break;
 
         Backend::synchronize();
@@ -843,6 +864,10 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         }
         peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
         if (hook) hook(step, *run.zero);
+        if (run.nonfinite.limit_reached()) {
+            if (run.rank == 0) run.nonfinite.print_stop(step + 1, checkpoint_kept(run.cfg.output_dir));
+            break;
+        }
     }
     if (peak_device_bytes > 0 && !cfg.quiet)
         printf("rank %d peak device memory in use after a step (every process on the GPU): %.2f MiB\n", run.rank, peak_device_bytes / 1048576.0);
@@ -885,13 +910,13 @@ int main(int argc, char** argv) {
     if (use_cuda) {
         CudaBackend::init(0);
         SingleComm comm(CudaBackend::copy);
-        train<CudaBackend>(cfg, comm);
-        return 0;
+        return exit_status(train<CudaBackend>(cfg, comm));
     }
 #endif
     SingleComm comm(CpuBackend::copy);
-    train<CpuBackend>(cfg, comm);
+    return exit_status(train<CpuBackend>(cfg, comm));
 #else
+    int status = 0;
     MPI_Init(&argc, &argv);
     {
         int world = 1;
@@ -916,20 +941,20 @@ int main(int argc, char** argv) {
             MPI_Comm_free(&node);
             if (nccl) {
                 NcclComm comm(MPI_COMM_WORLD, gpu::stream());
-                train<CudaBackend>(cfg, comm);
+                status = exit_status(train<CudaBackend>(cfg, comm));
             } else {
                 MpiComm comm(MPI_COMM_WORLD, CudaBackend::to_host, CudaBackend::from_host);
-                train<CudaBackend>(cfg, comm);
+                status = exit_status(train<CudaBackend>(cfg, comm));
             }
         }
 #endif
         if (!use_cuda) {
             MpiComm comm(MPI_COMM_WORLD);
-            train<CpuBackend>(cfg, comm);
+            status = exit_status(train<CpuBackend>(cfg, comm));
         }
     }
     MPI_Finalize();
+    return status;
 #endif
-    return 0;
 }
 #endif

@@ -3,10 +3,15 @@
 // every rank stop, so an error on one rank never leaves the others waiting in a collective),
 // checked file I/O, and the 256-int header that each of llm.c's binary files begins with.
 #pragma once
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 inline void (*g_fatal_hook)(int code) = nullptr;
@@ -44,22 +49,65 @@ inline void read_exact(void* buf, size_t bytes, FILE* f, const std::string& path
         fatal(1, "%s: truncated while reading %s (%zu bytes expected)", path.c_str(), what, bytes);
 }
 
+// whether `count` items of `item_bytes` each fit in `bytes`, for any count (no product overflows)
+inline bool fits_in(uint64_t count, size_t item_bytes, size_t bytes) { return count <= bytes / item_bytes; }
+
 inline void write_exact(const void* buf, size_t bytes, FILE* f, const std::string& path) {
-    if (fwrite(buf, 1, bytes, f) != bytes) fatal(1, "%s: write failed", path.c_str());
+    if (fwrite(buf, 1, bytes, f) != bytes) fatal(1, "%s: write failed: %s", path.c_str(), strerror(errno));
 }
 
-// Writes go to path.tmp and are renamed into place, so a crash never leaves a partial file.
+// Makes a rename or a new file in dir survive a crash of the machine (the entry is in the
+// directory, which has its own data to sync). A file system that cannot sync a directory says
+// EINVAL: there is nothing more to do on it.
+inline void sync_dir(const std::string& dir, const std::string& kept) {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
+        fatal(1, "%s: cannot sync the directory: %s; %s", dir.c_str(), strerror(errno), kept.c_str());
+    close(fd);
+}
+
+// the directory a path's file is in
+inline std::string dir_of(const std::string& path) {
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Writes go to path.tmp; commit() syncs its data to the disk, renames it into place and syncs the
+// directory, so once commit() returns the file is durable whole, and a crash before that (of the
+// process or of the machine) leaves the file at path as it was. A failed write, sync or rename
+// says what the system said and what is intact: `kept` ("the checkpoint of step 20 is intact"),
+// or by default that path is unchanged; the .tmp is removed, giving its space back.
 class AtomicFile {
 public:
-    explicit AtomicFile(std::string path) : path_(std::move(path)), f_(open_file(path_ + ".tmp", "wb")) {}
-    void write(const void* buf, size_t bytes) { write_exact(buf, bytes, f_, path_ + ".tmp"); }
+    explicit AtomicFile(std::string path, std::string kept = "")
+        : path_(std::move(path)), tmp_(path_ + ".tmp"), kept_(kept.empty() ? path_ + " is unchanged" : std::move(kept)) {
+        f_ = fopen(tmp_.c_str(), "wb");
+        if (f_ == nullptr) fatal(1, "cannot create %s: %s; %s", tmp_.c_str(), strerror(errno), kept_.c_str());
+    }
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+    void write(const void* buf, size_t bytes) {
+        if (fwrite(buf, 1, bytes, f_) != bytes) fail("write");
+    }
     void commit() {
-        if (fclose(f_) != 0) fatal(1, "%s: write failed", path_.c_str());
-        if (rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) fatal(1, "cannot rename %s.tmp", path_.c_str());
+        if (fflush(f_) != 0) fail("write");
+        if (fsync(fileno(f_)) != 0) fail("fsync");
+        const int closed = fclose(f_);
+        f_ = nullptr;
+        if (closed != 0) fail("write");
+        if (rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename");
+        sync_dir(dir_of(path_), kept_);
     }
 
 private:
-    std::string path_;
+    [[noreturn]] void fail(const char* what) {
+        const int error = errno;
+        if (f_) fclose(f_);
+        remove(tmp_.c_str());
+        fatal(1, "%s: %s failed: %s; %s", tmp_.c_str(), what, strerror(error), kept_.c_str());
+    }
+
+    std::string path_, tmp_, kept_;
     FILE* f_;
 };
 

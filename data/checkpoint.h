@@ -38,11 +38,16 @@ inline size_t read_checkpoint_header(FILE* f, const std::string& path, GPT2Confi
     c->num_heads = h[5];
     c->channels = h[6];
     c->padded_vocab_size = h[7];
-    if (h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] <= 0 || h[6] <= 0 || h[6] % h[5] != 0 || h[7] < h[3])
-        fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d)", path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7]);
-    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, expected = kHeaderBytes + ParamLayout(*c).total * elem;
-    if (file_size(f) != expected)
-        fatal(1, "%s: checkpoint is %zu bytes, expected %zu for this header", path.c_str(), file_size(f), expected);
+    bool in_range = h[7] > 0 && h[7] <= kMaxPaddedVocab;
+    for (int i = 2; i <= 6; i++) in_range = in_range && h[i] > 0 && h[i] <= kMaxDimension;
+    if (!in_range || h[6] % h[5] != 0 || h[7] < h[3])
+        fatal(1, "%s: inconsistent checkpoint header (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d; expected each in 1..%d, Vp in V..%d, NH dividing C)",
+              path.c_str(), h[2], h[3], h[4], h[5], h[6], h[7], kMaxDimension, kMaxPaddedVocab);
+    // within those ranges the count cannot overflow; the file's size bounds it before any allocation
+    const size_t elem = h[1] == kCheckpointFp32 ? 4 : 2, params = ParamLayout(*c).total, size = file_size(f);
+    if (size < kHeaderBytes || !fits_in(params, elem, size - kHeaderBytes) || size != kHeaderBytes + params * elem)
+        fatal(1, "%s: checkpoint is %zu bytes, expected %.0f for this header (%zu parameters of %zu bytes)", path.c_str(), size,
+              (double)kHeaderBytes + (double)params * elem, params, elem);
     return elem;
 }
 
@@ -68,12 +73,16 @@ inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c
         for (size_t i = 0; i < raw.size(); i++) params[i] = bf16_bits_to_float(raw[i]);
     }
     fclose(f);
+    const std::string bad = find_bad_value(params.data(), *c, false);
+    if (!bad.empty()) fatal(1, "%s: parameter %s; a model file must hold finite values (it comes from a run that diverged, or is damaged)", path.c_str(), bad.c_str());
     return params;
 }
 
-inline void write_checkpoint(const std::string& path, const GPT2Config& c, const std::vector<float>& params, int version) {
+// kept: what a failed write leaves intact (AtomicFile's)
+inline void write_checkpoint(const std::string& path, const GPT2Config& c, const std::vector<float>& params, int version,
+                             const std::string& kept = "") {
     int32_t h[kHeaderInts] = {kCheckpointMagic, version, c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    AtomicFile f(path);
+    AtomicFile f(path, kept);
     f.write(h, sizeof(h));
     if (version == kCheckpointFp32) {
         f.write(params.data(), params.size() * sizeof(float));

@@ -127,6 +127,11 @@ public:
         calls_ = s.position / world_;
         if (!shuffled_) return;
         if (s.order.size() != total_windows_) fatal(1, "-y 1: the state's window order has %zu entries, expected %zu", s.order.size(), total_windows_);
+        std::vector<bool> seen(total_windows_);
+        for (uint32_t w : s.order) {
+            if (w >= total_windows_ || seen[w]) fatal(1, "-y 1: the state's window order is not a permutation of the %zu windows (window %u)", total_windows_, w);
+            seen[w] = true;
+        }
         seed_ = s.seed;
         order_ = s.order;
         order_epoch_ = (int64_t)(s.position / total_windows_);

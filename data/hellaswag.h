@@ -14,6 +14,8 @@
 constexpr FileFormat kEvalFormat{"HellaSwag file", "the HellaSwag header", 20240522, 1};
 constexpr int kEvalExampleStart = 65535;
 constexpr int kEndings = 4;  // llm.c's ASSUMED_NUM_COMPLETIONS
+// marker, bytes, index, label, endings, then the context and each ending of one token: length + token
+constexpr int kMinExampleBytes = 2 * (3 + 2 + 2 * (1 + kEndings));
 
 struct EvalExample {
     int label = 0;
@@ -34,6 +36,10 @@ inline std::vector<EvalExample> read_eval_file(const std::string& path, int voca
     const int count = h[2], longest = h[3];
     if (count <= 0 || count >= 65536 || longest <= 0 || longest >= 65536)
         fatal(1, "%s: inconsistent HellaSwag header (%d examples, longest %d bytes; expected both in 1..65535)", path.c_str(), count, longest);
+    // the smallest example takes kMinExampleBytes: the file's size bounds the count
+    if (!fits_in((uint64_t)count, kMinExampleBytes, file_size(f) - kHeaderBytes))
+        fatal(1, "%s: header announces %d examples, more than the file's %zu bytes after it can hold (%d bytes each at least)", path.c_str(),
+              count, file_size(f) - kHeaderBytes, kMinExampleBytes);
     std::vector<EvalExample> examples(count);
     std::vector<uint16_t> buf(longest / 2 + 1);
     for (int i = 0; i < count; i++) {
@@ -42,9 +48,9 @@ inline std::vector<EvalExample> read_eval_file(const std::string& path, int voca
         if (head[0] != kEvalExampleStart)
             fatal(1, "%s: example %d starts with %d, expected the marker %d", path.c_str(), i, head[0], kEvalExampleStart);
         if (head[2] != i) fatal(1, "%s: example %d has index %d, expected %d", path.c_str(), i, head[2], i);
-        if (head[1] % 2 != 0 || head[1] < 2 * (3 + 2 + 2 * (1 + kEndings)) || head[1] > longest)
+        if (head[1] % 2 != 0 || head[1] < kMinExampleBytes || head[1] > longest)
             fatal(1, "%s: example %d claims %d bytes, expected an even size from %d to the header's longest %d", path.c_str(), i,
-                  head[1], 2 * (3 + 2 + 2 * (1 + kEndings)), longest);
+                  head[1], kMinExampleBytes, longest);
         const size_t n = head[1] / 2 - 3;
         read_exact(buf.data(), n * 2, f, path, "an example");
         EvalExample& ex = examples[i];

@@ -2,6 +2,7 @@
 // vocabulary size, end-of-text token), then per token one length byte and its bytes. Only
 // decoding is needed here: the data scripts tokenize.
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <string>
@@ -17,6 +18,11 @@ public:
         FILE* f = open_file(path, "rb");
         const FileHeader header = read_header(f, path, kTokenizerFormat);
         const uint32_t vocab = (uint32_t)header[2], eot = (uint32_t)header[3];
+        // each token takes at least its length byte: the file's size bounds the count
+        const size_t body = file_size(f) - kHeaderBytes;
+        if (vocab == 0 || vocab > (uint32_t)INT32_MAX || vocab > body)
+            fatal(1, "%s: the header's vocabulary of %u tokens, expected 1 to %zu (a byte each at least, in the file's %zu bytes after the header)",
+                  path.c_str(), vocab, std::min<size_t>(body, INT32_MAX), body);
         if (eot >= vocab) fatal(1, "%s: end-of-text token %u is outside the vocabulary of %u", path.c_str(), eot, vocab);
         eot_ = (int)eot;
         tokens_.resize(vocab);
@@ -26,6 +32,8 @@ public:
             t.resize(len);
             read_exact(t.data(), len, f, path, "token bytes");
         }
+        if (file_size(f) != (size_t)ftell(f))
+            fatal(1, "%s: %zu bytes after the last of the header's %u tokens", path.c_str(), file_size(f) - (size_t)ftell(f), vocab);
         fclose(f);
     }
     int vocab_size() const { return (int)tokens_.size(); }

@@ -3,7 +3,9 @@
 // checkpoint's order), which of them decay, how they group for zero/ (param_groups), and the
 // shapes by name that -e takes.
 #pragma once
+#include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,15 @@ inline int pad_vocab(int V) { return (V + 127) / 128 * 128; }
 enum Param { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB,
              FCPROJW, FCPROJB, LNFW, LNFB, NUM_PARAM_TENSORS };
 
+// their names, as llm.c's train_gpt2.py calls them (without "transformer." and "h.N.")
+inline const char* const kParamNames[NUM_PARAM_TENSORS] = {"wte", "wpe", "ln_1.weight", "ln_1.bias", "attn.c_attn.weight",
+    "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+    "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
+
+// The largest maxT, V, L, NH and C a model may have (the -e descriptor's limit too), and Vp's:
+// with all of them within, ParamLayout's total fits in 64 bits (under 2^63.6).
+constexpr int kMaxDimension = 1 << 20, kMaxPaddedVocab = 1 << 21;
+
 // where each tensor sits in the flat parameter buffer (and in the checkpoint after its header)
 struct ParamLayout {
     size_t size[NUM_PARAM_TENSORS];
@@ -44,6 +55,29 @@ struct ParamLayout {
         }
     }
 };
+
+// Where the first value of x (a parameter-shaped array, ParamLayout's order) that is NaN or
+// infinite, or with `nonnegative` (Adam's v) below zero, sits, and what it is:
+// "h.1.mlp.c_fc.weight[904] (value 5000 of 7296) is nan". "" when there is none.
+inline std::string find_bad_value(const float* x, const GPT2Config& c, bool nonnegative) {
+    const ParamLayout layout(c);
+    for (size_t i = 0; i < layout.total; i++) {
+        if (std::isfinite(x[i]) && !(nonnegative && x[i] < 0.0f)) continue;
+        int p = NUM_PARAM_TENSORS - 1;
+        while (layout.offset[p] > i) p--;
+        size_t at = i - layout.offset[p];
+        std::string name = kParamNames[p];
+        if (p >= LN1W && p <= FCPROJB) {  // stored for all layers at once, layer after layer
+            const size_t per_layer = layout.size[p] / c.num_layers;
+            name = "h." + std::to_string(at / per_layer) + "." + name;
+            at %= per_layer;
+        }
+        char what[200];
+        snprintf(what, sizeof(what), "%s[%zu] (value %zu of %zu) is %g", name.c_str(), at, i, layout.total, x[i]);
+        return what;
+    }
+    return "";
+}
 
 // A layer's tensors within its group, LN1W..FCPROJB in Param's order: in a layer's group,
 // p[L_QKVW] is that layer's slice of QKVW.
@@ -120,7 +154,7 @@ inline bool config_from_descriptor(const std::string& desc, GPT2Config* c) {
         std::string key = item.substr(0, eq);
         char* rest = nullptr;
         long value = eq == std::string::npos ? 0 : strtol(item.c_str() + eq + 1, &rest, 10);
-        if (eq == std::string::npos || *rest != '\0' || value <= 0 || value > (1 << 20))
+        if (eq == std::string::npos || *rest != '\0' || value <= 0 || value > kMaxDimension)
             fatal(2, "bad model descriptor item '%s' in '%s' (expected KEY=positive integer)", item.c_str(), desc.c_str());
         if (key == "L") c->num_layers = (int)value;
         else if (key == "NH") c->num_heads = (int)value;

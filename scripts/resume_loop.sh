@@ -5,7 +5,10 @@
 #
 #   scripts/resume_loop.sh OUT_DIR LAST_STEP COMMAND...
 #
-# MAX_STARTS (default 100) ends a loop whose trainer keeps failing, e.g. on a bad flag.
+# Two exits end the loop at once, with the trainer's code: 2, a usage error (a bad flag fails the
+# same way every time), and 3, a run stopped on non-finite losses or gradient norms (a restart
+# from the same checkpoint diverges again; its line says what is kept). MAX_STARTS (default 100)
+# ends a loop whose trainer keeps failing otherwise.
 set -u
 out_dir=$1 last_step=$2
 shift 2
@@ -24,5 +27,12 @@ while true; do
     fi
     starts=$((starts + 1))
     "$@"
+    code=$?
+    case $code in
+        2) echo "error: the trainer exited 2 (a usage error, see its line above); not restarting it" >&2
+           exit 2 ;;
+        3) echo "error: the trainer exited 3 (stopped on non-finite losses or gradient norms, see its line above); not restarting it" >&2
+           exit 3 ;;
+    esac
     sleep 1
 done

@@ -57,12 +57,15 @@ run_gtest "model vs PyTorch, NO_BLAS matmul" env OMP_NUM_THREADS=2 test/test_mod
 run_gtest "file formats" env OMP_NUM_THREADS=2 test/test_formats
 run_gtest "flags, schedules, determinism, training" env OMP_NUM_THREADS=2 test/test_training
 run_gtest "HellaSwag file, -h flag, scoring and rank split" env OMP_NUM_THREADS=2 test/test_hellaswag
+run_gtest "every file train_gpt reads, mutated: exit 0 or one error line, never a crash" env OMP_NUM_THREADS=1 test/test_file_fuzz
 for n in 1 2 3 4; do
     run_gtest "ZeRO stages 0-3 on $n rank(s)" env OMP_NUM_THREADS=1 mpirun -np "$n" --oversubscribe -x OMP_NUM_THREADS test/test_zero
 done
 run_check "rank failures end the job" bash test/test_failures.sh
 run_check "command line: main job runs with the defaults" bash test/test_cli.sh
 run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash test/test_run_tiny.sh
+run_check "diverged runs: NaN parameter refused, exit 3 keeping the checkpoints, resume_loop.sh stops on 3 and 2" bash test/test_divergence.sh
+run_check "checkpoints synced before rename and DONE, a full disk says why and keeps the last one" bash test/test_durable_checkpoints.sh
 run_check "run_gpt2_*.sh: prepare the data, HellaSwag and tokenizer their flags use" bash test/test_run_scripts.sh
 run_check "prerequisites: installs what is missing, nothing when all is there" bash test/test_prerequisites.sh
 run_check "make data in a fresh clone, offline: one line saying what to do, or made from SHARED" bash test/test_make_data.sh

@@ -122,21 +122,36 @@ TEST_F(Files, BadCheckpointsFailWithOneLine) {
     EXPECT_EXIT(load_checkpoint(path("header.bin"), &c), ExitedWithCode(1), "inconsistent checkpoint header");
 }
 
-TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
+// the smallest model: 156 parameters
+GPT2Config one_channel_model() {
+    GPT2Config c;
+    config_from_descriptor("L=1,NH=1,C=1,V=1,maxT=1", &c);
+    return c;
+}
+
+// a state of step 7 for one_channel_model(): m, v and master weights counting up, a shuffled
+// loader of 5 windows and two outlier windows
+OptimizerState example_state() {
+    const size_t n = ParamLayout(one_channel_model()).total;
     OptimizerState s;
     s.step = 7;
     s.sample_rng = 0x123456789abcdefull;
-    s.m = {1, 2, 3};
-    s.v = {4, 5, 6};
-    s.master = {7, 8, 9};
+    for (size_t i = 0; i < n; i++) s.m.push_back(1.0f + i), s.v.push_back(2.0f + i), s.master.push_back(3.0f + i);
     s.loader = {12, 8, 5, 0xfeedull, 1, {4, 0, 3, 1, 2}};
     OutlierDetector d;
     for (int i = 0; i < 200; i++) d.update(i % 7, 0.0);
     s.loss_z = d.state();
     d.update(100.0, 0.0);
     s.grad_z = d.state();
+    return s;
+}
+
+TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
+    const GPT2Config c = one_channel_model();
+    ASSERT_EQ(ParamLayout(c).total, 156u);
+    const OptimizerState s = example_state();
     write_state(path("s.bin"), s);
-    OptimizerState back = read_state(path("s.bin"), 3, true);
+    OptimizerState back = read_state(path("s.bin"), 7, c, true);
     EXPECT_EQ(back.step, 7);
     EXPECT_EQ(back.sample_rng, s.sample_rng);
     EXPECT_EQ(back.m, s.m);
@@ -148,20 +163,102 @@ TEST_F(Files, OptimizerStateRoundTripAndBadFiles) {
     EXPECT_EQ(back.loader.order, s.loader.order);
     EXPECT_EQ(0, memcmp(&back.loss_z, &s.loss_z, sizeof(s.loss_z)));
     EXPECT_EQ(0, memcmp(&back.grad_z, &s.grad_z, sizeof(s.grad_z)));
-    OptimizerState no_master = read_state(path("s.bin"), 3, false);
+    OptimizerState no_master = read_state(path("s.bin"), 7, c, false);
     EXPECT_TRUE(no_master.master.empty());
     EXPECT_EQ(no_master.loader.order, s.loader.order) << "skipping the master weights must land on the order";
-    EXPECT_EXIT(read_state(path("s.bin"), 4, true), ExitedWithCode(1), "state for 3 parameters, the model has 4");
+    GPT2Config wider = c;
+    wider.channels = 2;
+    EXPECT_EXIT(read_state(path("s.bin"), 7, wider, true), ExitedWithCode(1), "state for 156 parameters, the model has " + std::to_string(ParamLayout(wider).total));
+    EXPECT_EXIT(read_state(path("s.bin"), 8, c, true), ExitedWithCode(1), "state of step 7, expected 8 \\(the step its checkpoint is named by\\)");
     std::vector<char> raw = read_bytes(path("s.bin"));
     write_bytes(path("cut.bin"), raw.data(), raw.size() - 4);
-    EXPECT_EXIT(read_state(path("cut.bin"), 3, true), ExitedWithCode(1), "optimizer state is [0-9]+ bytes, expected [0-9]+");
+    EXPECT_EXIT(read_state(path("cut.bin"), 7, c, true), ExitedWithCode(1), "optimizer state is [0-9]+ bytes, expected [0-9]+");
     ((int32_t*)raw.data())[0] = 5;
     write_bytes(path("magic.bin"), raw.data(), raw.size());
-    EXPECT_EXIT(read_state(path("magic.bin"), 3, true), ExitedWithCode(1), "bad magic 5 in optimizer state \\(expected 20240527\\)");
+    EXPECT_EXIT(read_state(path("magic.bin"), 7, c, true), ExitedWithCode(1), "bad magic 5 in optimizer state \\(expected 20240527\\)");
     ((int32_t*)raw.data())[0] = 20240527;
     ((int32_t*)raw.data())[1] = 1;
     write_bytes(path("version.bin"), raw.data(), raw.size());
-    EXPECT_EXIT(read_state(path("version.bin"), 3, true), ExitedWithCode(1), "unsupported optimizer state version 1 \\(expected 3\\)");
+    EXPECT_EXIT(read_state(path("version.bin"), 7, c, true), ExitedWithCode(1), "unsupported optimizer state version 1 \\(expected 3\\)");
+    ((int32_t*)raw.data())[1] = 3;
+    ((int32_t*)raw.data())[3] = 2;
+    write_bytes(path("flag.bin"), raw.data(), raw.size());
+    EXPECT_EXIT(read_state(path("flag.bin"), 7, c, true), ExitedWithCode(1), "master weights 2, shuffled 1 \\(expected 0 or 1 each\\)");
+}
+
+// A NaN or infinity in a model file, or in the state's m, v or master weights (or a negative v),
+// would reach the weights at the first update: each is refused with one line naming the tensor
+// (by llm.c's names, the layer for a per-layer one) and the index, in the tensor and in the file.
+TEST_F(Files, NonFiniteValuesAreRefusedNamingTheirTensor) {
+    GPT2Config c;
+    config_from_descriptor("L=2,NH=2,C=8,V=50,maxT=12", &c);
+    const ParamLayout layout(c);
+    const size_t fc1 = layout.offset[FCW] + layout.size[FCW] / 2 + 5;  // layer 1's c_fc weight, its value 5
+    std::vector<float> params = random_init(c, 3);
+    params[fc1] = NAN;
+    write_checkpoint(path("nan.bin"), c, params, kCheckpointFp32);
+    const std::string fc1_at = "h\\.1\\.mlp\\.c_fc\\.weight\\[5\\] \\(value " + std::to_string(fc1) + " of " + std::to_string(layout.total) + "\\)";
+    EXPECT_EXIT(load_checkpoint(path("nan.bin"), &c), ExitedWithCode(1), "nan.bin: parameter " + fc1_at + " is nan; a model file must hold finite values");
+    params = random_init(c, 3);
+    params[layout.offset[WPE] + 7] = -INFINITY;
+    write_checkpoint(path("inf.bin"), c, params, kCheckpointBf16);
+    EXPECT_EXIT(load_checkpoint(path("inf.bin"), &c), ExitedWithCode(1), "inf.bin: parameter wpe\\[7\\] \\(value " + std::to_string(layout.offset[WPE] + 7) + " of [0-9]+\\) is -inf");
+
+    const GPT2Config one = one_channel_model();
+    const size_t ln_f_bias = ParamLayout(one).offset[LNFB];
+    OptimizerState s = example_state();
+    s.m[3] = NAN;
+    write_state(path("m.bin"), s);
+    EXPECT_EXIT(read_state(path("m.bin"), 7, one, true), ExitedWithCode(1), "m.bin: Adam m of wte\\[3\\] \\(value 3 of 156\\) is nan");
+    s = example_state();
+    s.v[ln_f_bias] = -1.0f;
+    write_state(path("v.bin"), s);
+    EXPECT_EXIT(read_state(path("v.bin"), 7, one, true), ExitedWithCode(1), "v.bin: Adam v of ln_f\\.bias\\[0\\] \\(value 155 of 156\\) is -1");
+    s = example_state();
+    s.master[ln_f_bias] = INFINITY;
+    write_state(path("master.bin"), s);
+    EXPECT_EXIT(read_state(path("master.bin"), 7, one, true), ExitedWithCode(1), "master weight of ln_f\\.bias\\[0\\] \\(value 155 of 156\\) is inf");
+    EXPECT_EQ(read_state(path("master.bin"), 7, one, false).m, s.m) << "master weights not read are not checked";
+}
+
+// The counts in a header (the issue's cases, which ended in std::bad_alloc) are checked against
+// the file's size before anything is allocated: one line, exit 1.
+TEST_F(Files, HeaderCountsAreCheckedAgainstTheFileSize) {
+    std::vector<char> tok = read_bytes("data/tinyshakespeare/gpt2_tokenizer.bin");
+    for (int32_t vocab : {-1, 0, 1 << 30, INT32_MAX, INT32_MIN}) {
+        ((int32_t*)tok.data())[2] = vocab;
+        write_bytes(path("tok.bin"), tok.data(), tok.size());
+        EXPECT_EXIT(Tokenizer(path("tok.bin")), ExitedWithCode(1), "tok.bin: the header's vocabulary of [0-9]+ tokens, expected 1 to [0-9]+ \\(a byte each at least") << vocab;
+    }
+    ((int32_t*)tok.data())[2] = 50000;  // fewer tokens than the file holds
+    ((int32_t*)tok.data())[3] = 0;
+    write_bytes(path("tok.bin"), tok.data(), tok.size());
+    EXPECT_EXIT(Tokenizer(path("tok.bin")), ExitedWithCode(1), "tok.bin: [0-9]+ bytes after the last of the header's 50000 tokens");
+
+    write_state(path("s.bin"), example_state());
+    std::vector<char> state = read_bytes(path("s.bin"));
+    for (int32_t high : {1 << 30, INT32_MIN, -1, 1}) {  // the window count's high half
+        ((int32_t*)state.data())[13] = high;
+        write_bytes(path("s.bin"), state.data(), state.size());
+        EXPECT_EXIT(read_state(path("s.bin"), 7, one_channel_model(), true), ExitedWithCode(1), "optimizer state is [0-9]+ bytes, expected [0-9]+ for 156 parameters with master weights and [0-9]+ windows") << high;
+    }
+
+    GPT2Config c;
+    config_from_descriptor("L=1,NH=1,C=4,V=10,maxT=4", &c);
+    write_checkpoint(path("m.bin"), c, random_init(c, 1), kCheckpointFp32);
+    std::vector<char> model = read_bytes(path("m.bin"));
+    for (int field = 2; field <= 7; field++) {
+        for (int32_t value : {INT32_MAX, 1 << 30, (1 << 21) + 1}) {
+            std::vector<char> bad = model;
+            ((int32_t*)bad.data())[field] = value;
+            write_bytes(path("bad.bin"), bad.data(), bad.size());
+            EXPECT_EXIT(load_checkpoint(path("bad.bin"), &c), ExitedWithCode(1), "inconsistent checkpoint header") << field << " " << value;
+        }
+    }
+    std::vector<char> large = model;
+    ((int32_t*)large.data())[4] = 1 << 20;  // L: in range, the count computed exactly, the file far too small
+    write_bytes(path("large.bin"), large.data(), large.size());
+    EXPECT_EXIT(load_checkpoint(path("large.bin"), &c), ExitedWithCode(1), "large.bin: checkpoint is [0-9]+ bytes, expected [0-9]+ for this header \\([0-9]+ parameters of 4 bytes\\)");
 }
 
 TEST_F(Files, BadShardsFailWithOneLine) {

@@ -86,6 +86,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"-c", "--weight-decay", {"0", "10"}, {"-0.001", "10.001", "x"}},
     {"-sl", "--skip-loss-z", {"0", "1000000000"}, {"-0.001", "1000000001", "x"}},
     {"-sg", "--skip-grad-z", {"0", "1000000000"}, {"-0.001", "1000000001", "x"}},
+    {"", "--nonfinite-limit", {"1", "1000000000"}, {"0", "1000000001", "x"}},
     {"-v", "--val-every", {"0", "1000000000"}, {"-1", "1000000001", "x"}},
     {"-m", "--val-steps", {"-1", "0", "1", "1000000000"}, {"-2", "1000000001", "x"}},
     {"-h", "--hellaswag", {"0", "1"}, {"-1", "2", "x"}},
@@ -132,7 +133,7 @@ std::string describe(const TrainConfig& c) {
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
-      << '|' << c.server_ip << '|' << c.fs_path;
+      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit;
     return s.str();
 }
 
@@ -302,6 +303,20 @@ TEST(OutlierDetector, OutliersStayOutOfTheWindowUntilTheThirdInARow) {
     EXPECT_FALSE(restored.restore(bad));
 }
 
+// NaN and infinities never join the window (one would make every later z-score NaN), and a
+// state holding one is not a state the detector could have been in
+TEST(OutlierDetector, NonFiniteValuesNeverJoinTheWindow) {
+    OutlierDetector d, clean;
+    for (int i = 0; i < 200; i++) d.update(1.0 + 0.01 * (i % 10), 0.0), clean.update(1.0 + 0.01 * (i % 10), 0.0);
+    for (double v : {(double)NAN, (double)INFINITY, -(double)INFINITY}) EXPECT_TRUE(std::isnan(d.update(v, 0.0))) << v;
+    const OutlierDetector::State a = d.state(), b = clean.state();
+    EXPECT_EQ(0, memcmp(&a, &b, sizeof(a))) << "a non-finite value changed the window";
+    EXPECT_TRUE(std::isfinite(d.update(1.02, 0.0)));
+    OutlierDetector::State bad = clean.state();
+    bad.values[5] = NAN;
+    EXPECT_FALSE(d.restore(bad));
+}
+
 TEST(RunDir, CheckpointFilesAndLlmcRetirementRule) {
     const std::string dir = temp_dir();
     for (int n : {2, 4, 6}) fclose(open_file(checkpoint_path(dir, "model", n), "w"));
@@ -309,6 +324,9 @@ TEST(RunDir, CheckpointFilesAndLlmcRetirementRule) {
     write_done(dir, 2), write_done(dir, 4);
     remove(checkpoint_path(dir, "state", 4).c_str());
     EXPECT_EQ(latest_checkpoint(dir), 2) << "4 lacks its state, 6 its DONE file";
+    fclose(open_file(checkpoint_path(dir, "state", 6), "w"));
+    fclose(open_file(checkpoint_path(dir, "DONE", 6) + ".tmp", "w"));
+    EXPECT_EQ(latest_checkpoint(dir), 2) << "DONE_00000006.tmp is a DONE file not yet written";
     EXPECT_EQ(checkpoint_path(dir, "DONE", 18865), dir + "/DONE_00018865");
     fclose(open_file(dir + "/model_00000008.bin.tmp", "w"));
     remove_partial_writes(dir);
@@ -680,6 +698,108 @@ TEST_F(Training, SkipsUpdatesOverTheZScore) {
         EXPECT_GT(skipped, 0) << "which " << which;
         EXPECT_GT(updated, 0) << "which " << which;
     }
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// tiny_config's model from random_init, with one MLP weight matrix (every layer's c_fc) scaled by
+// 1e30: finite weights whose activations overflow, so the loss or gradient norm is NaN
+std::vector<float> overflowing(const std::vector<float>& params, const GPT2Config& c) {
+    const ParamLayout layout(c);
+    std::vector<float> p = params;
+    for (size_t i = 0; i < layout.size[FCW]; i++) p[layout.offset[FCW] + i] *= 1e30f;
+    return p;
+}
+
+std::vector<std::string> files_like(const std::string& pattern) {
+    std::vector<std::string> found;
+    glob_t g;
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) found.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+    globfree(&g);
+    return found;
+}
+
+// A diverged model (overflowing activations, -sl/-sg off): every step is skipped, so the weights
+// stay those loaded, the checkpoints due (every step) are not written, and after --nonfinite-limit
+// such steps in a row the run stops, its exit status 3.
+TEST_F(Training, NonFiniteStepsNeverReachTheWeightsAndStopTheRun) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    GPT2Config mc;
+    config_from_descriptor(cfg.init, &mc);
+    const std::vector<float> diverged = overflowing(random_init(mc, 3), mc);
+    write_checkpoint(dir + "/diverged.bin", mc, diverged, kCheckpointFp32);
+    cfg.init = dir + "/diverged.bin";
+    cfg.output_dir = dir + "/out";
+    cfg.max_steps = 20;
+    cfg.checkpoint_every = 1;
+    cfg.nonfinite_limit = 4;
+    std::vector<std::vector<float>> params;
+    const std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm(), [&](int, Zero<CpuBackend>& z) {
+        params.emplace_back(z.plan().total());
+        z.save(params.back().data());
+    });
+    ASSERT_EQ(r.size(), 4u) << "the run must stop after 4 non-finite steps";
+    for (size_t i = 0; i < r.size(); i++) {
+        EXPECT_FALSE(std::isfinite(r[i].loss) && std::isfinite(r[i].norm)) << i;
+        EXPECT_EQ(r[i].skipped, kSkipNonFinite) << i;
+        EXPECT_TRUE(std::isnan(r[i].loss_z) && std::isnan(r[i].grad_z)) << i;
+        EXPECT_EQ(0, memcmp(params[i].data(), diverged.data(), diverged.size() * sizeof(float))) << "step " << i << " changed the weights";
+    }
+    EXPECT_EQ(exit_status(r), kExitNonFinite);
+    EXPECT_EQ(files_like(cfg.output_dir + "/model_*"), std::vector<std::string>());
+    EXPECT_EQ(files_like(cfg.output_dir + "/DONE_*"), std::vector<std::string>());
+    // a run whose last steps are non-finite, fewer than the limit: no final checkpoint, exit status 3
+    cfg.max_steps = 2;
+    const std::vector<StepRecord> short_run = train<CpuBackend>(cfg, single_comm());
+    ASSERT_EQ(short_run.size(), 2u);
+    EXPECT_EQ(exit_status(short_run), kExitNonFinite);
+    EXPECT_EQ(files_like(cfg.output_dir + "/model_*"), std::vector<std::string>());
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// Two non-finite steps in a longer run (the hook makes the activations overflow after update 3
+// and undoes it after update 5): both are skipped, leaving the weights as they were; the
+// checkpoint due after the first is not written, the others are; the run goes on to its end
+// (exit status 0); and the outlier windows, which never took the NaNs, give finite z-scores
+// once full.
+TEST_F(Training, NonFiniteStepsAreSkippedAndTheRunGoesOn) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(20000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.output_dir = dir + "/out";
+    cfg.max_steps = 140;
+    cfg.checkpoint_every = 4;
+    cfg.nonfinite_limit = 3;
+    GPT2Config mc;
+    config_from_descriptor(cfg.init, &mc);
+    std::vector<float> before, poisoned;
+    bool unchanged = false;
+    const std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm(), [&](int step, Zero<CpuBackend>& z) {
+        std::vector<float> now(z.plan().total());
+        z.save(now.data());
+        if (step == 2) {
+            before = now;
+            poisoned = overflowing(now, mc);
+            z.load(poisoned.data());
+        }
+        if (step == 4) {
+            unchanged = memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)) == 0;
+            z.load(before.data());
+        }
+    });
+    ASSERT_EQ(r.size(), 140u);
+    for (int i = 0; i < 140; i++) {
+        const bool poisoned_step = i == 3 || i == 4;
+        EXPECT_EQ(r[i].skipped, poisoned_step ? kSkipNonFinite : kNotSkipped) << i;
+        EXPECT_EQ(std::isfinite(r[i].loss) && std::isfinite(r[i].norm), !poisoned_step) << i;
+    }
+    EXPECT_TRUE(unchanged) << "a non-finite step changed the weights";
+    EXPECT_TRUE(std::isfinite(r.back().loss_z) && std::isfinite(r.back().grad_z)) << "the windows took a NaN";
+    EXPECT_EQ(exit_status(r), 0);
+    EXPECT_FALSE(file_exists(checkpoint_path(cfg.output_dir, "model", 4))) << "a checkpoint of the diverged state";
+    EXPECT_FALSE(file_exists(checkpoint_path(cfg.output_dir, "DONE", 4)));
+    for (int step : {8, 140}) EXPECT_TRUE(file_exists(checkpoint_path(cfg.output_dir, "DONE", step))) << step;
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 

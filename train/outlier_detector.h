@@ -3,7 +3,7 @@
 //
 // The window holds the new value too (as in llm.c), and the mean and variance are summed afresh
 // each time, in double, so nothing drifts over a long run and the state is just the window.
-// While the window fills the z-score is NaN, which never skips. A value whose z-score is over
+// While the window fills the z-score is NaN, which never skips. Only finite values join. A value whose z-score is over
 // the threshold is taken back out of the window, so outliers do not make the detector more
 // tolerant; the third outlier in a row stays in, so a lasting shift cannot stall training.
 #pragma once
@@ -14,8 +14,10 @@ class OutlierDetector {
 public:
     static constexpr int kWindow = 128;
 
-    // z-score of value against the window it then joins; threshold 0: never taken back out
+    // z-score of value against the window it then joins; threshold 0: never taken back out. A
+    // NaN or infinite value never joins (it would make every later z-score NaN): its z-score is NaN.
     double update(double value, double threshold) {
+        if (!std::isfinite(value)) return NAN;
         if (count_ < kWindow) {
             values_[count_++] = value;
             skipped_in_a_row_ = 0;
@@ -51,6 +53,8 @@ public:
     // false when s is not a state this class could have been in
     bool restore(const State& s) {
         if (s.count < 0 || s.count > kWindow || s.next < 0 || s.next >= kWindow || s.skipped_in_a_row < 0) return false;
+        for (double v : s.values)
+            if (!std::isfinite(v)) return false;
         for (int i = 0; i < kWindow; i++) values_[i] = s.values[i];
         count_ = s.count, next_ = s.next, skipped_in_a_row_ = s.skipped_in_a_row;
         return true;

@@ -29,7 +29,9 @@ inline int latest_checkpoint(const std::string& dir) {
     int best = 0;
     if (glob((dir + "/DONE_*").c_str(), 0, nullptr, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++) {
-            const int n = atoi(strrchr(g.gl_pathv[i], '_') + 1);
+            const char* digits = strrchr(g.gl_pathv[i], '_') + 1;
+            if (strspn(digits, "0123456789") != strlen(digits)) continue;  // DONE_N.tmp: not yet written
+            const int n = atoi(digits);
             if (n > best && file_exists(checkpoint_path(dir, "model", n)) && file_exists(checkpoint_path(dir, "state", n)))
                 best = n;
         }
@@ -38,10 +40,18 @@ inline int latest_checkpoint(const std::string& dir) {
     return best;
 }
 
-// marks the checkpoint at step complete
-inline void write_done(const std::string& dir, int step) {
-    FILE* f = open_file(checkpoint_path(dir, "DONE", step), "w");
-    if (fclose(f) != 0) fatal(1, "%s: write failed", checkpoint_path(dir, "DONE", step).c_str());
+// what a failed write or a stopped run leaves: "the checkpoint of step 20 is intact", or that
+// there is no complete checkpoint in dir
+inline std::string checkpoint_kept(const std::string& dir) {
+    if (dir.empty()) return "no checkpoints are kept (-o '')";
+    const int step = latest_checkpoint(dir);
+    return step > 0 ? "the checkpoint of step " + std::to_string(step) + " is intact" : "no complete checkpoint in " + dir;
+}
+
+// marks the checkpoint at step complete, durably (AtomicFile): called once model_N.bin and
+// state_N.bin are durable, so DONE_N never points at files a crash could still take away
+inline void write_done(const std::string& dir, int step, const std::string& kept = "") {
+    AtomicFile(checkpoint_path(dir, "DONE", step), kept).commit();
 }
 
 // DONE first, so a checkpoint half removed is never taken for a complete one

@@ -1,0 +1,61 @@
+// LD_PRELOAD shim for test/test_durable_checkpoints.sh: writes one line per fopen, fsync,
+// fdatasync and rename of a path under $SYNC_TRACE_DIR to $SYNC_TRACE_LOG, in the order of the
+// calls ("fopen PATH MODE", "fsync PATH", "rename FROM TO"; an fsync names its file or directory
+// as /proc/self/fd shows it), then does the call.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void note(const char* call, const char* a, const char* b) {
+    const char* dir = getenv("SYNC_TRACE_DIR");
+    const char* log = getenv("SYNC_TRACE_LOG");
+    if (dir == NULL || log == NULL || strncmp(a, dir, strlen(dir)) != 0) return;
+    char line[2 * 4096 + 64];
+    const int n = snprintf(line, sizeof(line), "%s %s%s%s\n", call, a, b ? " " : "", b ? b : "");
+    const int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);  // not stdio: fopen is traced
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)n) != n) abort();
+    close(fd);
+}
+
+static void note_fd(const char* call, int fd) {
+    char link[64], path[4096];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, path, sizeof(path) - 1);
+    if (n <= 0) return;
+    path[n] = '\0';
+    note(call, path, NULL);
+}
+
+typedef FILE* (*fopen_fn)(const char*, const char*);
+typedef int (*sync_fn)(int);
+typedef int (*rename_fn)(const char*, const char*);
+
+FILE* fopen(const char* path, const char* mode) {
+    note("fopen", path, mode);
+    return ((fopen_fn)dlsym(RTLD_NEXT, "fopen"))(path, mode);
+}
+
+FILE* fopen64(const char* path, const char* mode) {
+    note("fopen", path, mode);
+    return ((fopen_fn)dlsym(RTLD_NEXT, "fopen64"))(path, mode);
+}
+
+int fsync(int fd) {
+    note_fd("fsync", fd);
+    return ((sync_fn)dlsym(RTLD_NEXT, "fsync"))(fd);
+}
+
+int fdatasync(int fd) {
+    note_fd("fdatasync", fd);
+    return ((sync_fn)dlsym(RTLD_NEXT, "fdatasync"))(fd);
+}
+
+int rename(const char* from, const char* to) {
+    note("rename", from, to);
+    return ((rename_fn)dlsym(RTLD_NEXT, "rename"))(from, to);
+}
