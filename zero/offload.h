@@ -64,7 +64,6 @@ public:
     HostOptimizer(const std::vector<ShardTensor>& device_table, std::vector<std::pair<int, int>> group_entries,
                   size_t shard)
         : device_table_(device_table), host_table_(device_table), groups_(std::move(group_entries)) {
-        check_offload_fits(shard, sizeof(floatX));
         const bool fits = owned_.alloc_pinned(&master_, shard, &optimizer_bytes_) && owned_.alloc_pinned(&m_, shard, &optimizer_bytes_) &&
                           owned_.alloc_pinned(&v_, shard, &optimizer_bytes_) && owned_.alloc_pinned(&staging_, shard, &staging_bytes_);
         if (!fits) offload_does_not_fit(offload_host_bytes(shard, sizeof(floatX)), host_memory_available());
