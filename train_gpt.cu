@@ -811,9 +811,9 @@ private:
         const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
         if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
         if (!fits(mine, budget))
-            fatal(1, "B=%d T=%d with %s needs %.2f GiB on rank %d (%s), which has %.2f GiB (%s); %s", B, T, shape_flags(shape).c_str(),
-                  GiB(bytes_needed(mine, budget)), rank, reserve_words(mine, budget).c_str(), GiB(budget.bytes), budget.source.c_str(),
-                  what_fits_instead(plan, shape, budget, offload_allowed<Backend>(cfg)).c_str());
+            fatal(1, "B=%d T=%d with %s needs %s on rank %d (%s), which has %s (%s); %s", B, T, shape_flags(shape).c_str(),
+                  bytes_words(bytes_needed(mine, budget)).c_str(), rank, reserve_words(mine, budget).c_str(), bytes_words(budget.bytes).c_str(),
+                  budget.source.c_str(), what_fits_instead(plan, shape, budget, offload_allowed<Backend>(cfg)).c_str());
     }
     // -b auto: the largest B that fits every rank (and, with -d, divides its sequences per
     // micro-step, so that -d stays as given and accumulation makes up the rest)
@@ -822,19 +822,21 @@ private:
         if (chosen == 0) {
             shape.B = 1;
             if (rank != 0) comm.barrier();  // rank 0 says why and ends the job
-            fatal(1, "-b auto: not even B=1 fits: T=%d with %s needs %.2f GiB per rank, which has %.2f GiB (%s); %s", T, shape_flags(shape).c_str(),
-                  GiB(bytes_needed(plan(shape, rank), budget)), GiB(budget.bytes), budget.source.c_str(),
+            fatal(1, "-b auto: not even B=1 fits: T=%d with %s needs %s per rank, which has %s (%s); %s", T, shape_flags(shape).c_str(),
+                  bytes_words(bytes_needed(plan(shape, rank), budget)).c_str(), bytes_words(budget.bytes).c_str(), budget.source.c_str(),
                   what_fits_instead(plan, shape, budget, offload_allowed<Backend>(cfg)).c_str());
         }
         if (prints_run) {
             shape.B = chosen;
             const MemoryUse at = plan(shape, 0);
-            printf("-b auto: B=%d, the largest micro-batch that fits %s: %.2f GiB needed of %.2f GiB (%s; %s)", chosen,
-                   cfg.total_batch > 0 ? "and divides -d's sequences per rank" : "every rank", GiB(bytes_needed(at, budget)),
-                   GiB(budget.bytes), budget.source.c_str(), reserve_words(at, budget).c_str());
-            shape.B = chosen + 1;
-            if (chosen < max_micro_batch(T)) printf("; B=%d needs %.2f GiB", shape.B, GiB(bytes_needed(plan(shape, 0), budget)));
-            if (cfg.total_batch > 0) printf("; -d %ld kept: %ld accumulation step(s)", cfg.total_batch, cfg.total_batch / ((long)chosen * T * world));
+            printf("-b auto: B=%d: %s of the %s per rank (%s; %s)", chosen, bytes_words(bytes_needed(at, budget)).c_str(),
+                   bytes_words(budget.bytes).c_str(), budget.source.c_str(), reserve_words(at, budget).c_str());
+            const int fitting = largest_fitting_B(plan, shape, budget);
+            shape.B = fitting + 1;
+            if (fitting < max_micro_batch(T)) printf("; B=%d would need %s", shape.B, bytes_words(bytes_needed(plan(shape, 0), budget)).c_str());
+            if (cfg.total_batch > 0)
+                printf("; of the B up to %d that fit, %d is the largest dividing -d's %ld sequences per rank: -d %ld kept, %ld accumulation step(s)",
+                       fitting, chosen, cfg.total_batch / ((long)T * world), cfg.total_batch, cfg.total_batch / ((long)chosen * T * world));
             printf("\n");
         }
         return chosen;

@@ -294,6 +294,6 @@ struct CudaBackend {
     static BackendMemory memory() {
         const gpu::Context& c = gpu::ctx();
         return {c.lt_workspace_size + sizeof(*c.norm_done), c.scratch_size, c.uploads[0].size + c.uploads[1].size,
-                2 + (c.scratch != nullptr)};
+                c.scratch != nullptr ? 3u : 2u};
     }
 };

@@ -179,6 +179,13 @@ inline std::string reserve_words(const MemoryUse& m, const MemoryBudget& budget)
     return s;
 }
 
+// "79.10 GiB", "3.51 MiB": bytes as a person reads them
+inline std::string bytes_words(size_t bytes) {
+    char s[32];
+    if (bytes >= kGiB) snprintf(s, sizeof(s), "%.2f GiB", bytes / (double)kGiB);
+    else snprintf(s, sizeof(s), "%.2f MiB", bytes / (double)kMiB);
+    return s;
+}
 inline double GiB(size_t bytes) { return bytes / (double)kGiB; }
 
 // the most B may be: the flag's limit, and B*T an int, as the model's kernels count rows
@@ -348,12 +355,12 @@ inline void print_plan(const Planner& plan, const RunShape& shape, int accum, co
     for (int r = 0; r < shape.world; r++) fprintf(out, "%s\n", memory_line(r, plan(shape, r)).c_str());
 
     const size_t needed = bytes_needed(mine, budget);
-    fprintf(out, "memory per rank: %.2f GiB (%s); this run needs %.2f GiB (%s): %s\n", GiB(budget.bytes), budget.source.c_str(), GiB(needed),
-            reserve_words(mine, budget).c_str(), needed <= budget.bytes ? "fits" : "does not fit");
+    fprintf(out, "memory per rank: %s (%s); this run needs %s (%s): %s\n", bytes_words(budget.bytes).c_str(), budget.source.c_str(),
+            bytes_words(needed).c_str(), reserve_words(mine, budget).c_str(), needed <= budget.bytes ? "fits" : "does not fit");
     if (needed > budget.bytes) fprintf(out, "instead: %s\n", what_fits_instead(plan, shape, budget, offload_allowed).c_str());
 
-    fprintf(out, "the largest B that fits %.2f GiB per rank, on %d rank(s) at T=%d (* this run's flags):\n", GiB(budget.bytes), shape.world, shape.T);
-    fprintf(out, "  %2s %9s %3s %10s %12s %10s\n", "-z", "--offload", "-r", "largest B", "device GiB", "host GiB");
+    fprintf(out, "the largest B that fits %s per rank, on %d rank(s) at T=%d (* this run's flags):\n", bytes_words(budget.bytes).c_str(), shape.world, shape.T);
+    fprintf(out, "  %2s %9s %3s %10s %12s %10s\n", "-z", "--offload", "-r", "largest B", "needed GiB", "host GiB");
     for (int z = 0; z <= 3; z++)
         for (int o = 0; o <= 1; o++)
             for (int r = 0; r <= 2; r++) {
@@ -374,20 +381,18 @@ inline void print_plan(const Planner& plan, const RunShape& shape, int accum, co
                         GiB(memory_total(m, true)));
             }
 
-    // the two answers the README's table quotes: the least change of these flags that fits
-    // (at B = 1), and the largest B of all, at the cheapest flags that reach it
-    RunShape least = shape, widest = shape;
-    least.B = 1;
-    if (least_change(plan, least, budget, offload_allowed, &least) && least.world == shape.world) {
-        least.B = largest_fitting_B(plan, least, budget);
-        fprintf(out, "least change that fits: %s, B up to %d\n", changed_flags(shape, least).c_str(), least.B);
-        widest.B = 0;
-        for (RunShape s : changes_in_cost_order(least, offload_allowed)) {
-            s.B = largest_fitting_B(plan, s, budget);
-            if (s.B > widest.B) widest = s;
-        }
-        fprintf(out, "largest B: %d with %s\n", widest.B, shape_flags(widest).c_str());
-    } else {
-        fprintf(out, "least change that fits: %s\n", what_fits_instead(plan, least, budget, offload_allowed).c_str());
+    // the two answers the README's table quotes: the least change of these flags that fits at
+    // B = 1 (with the B it reaches), and the largest B of all, at the cheapest flags reaching it
+    RunShape at_one = shape, least;
+    at_one.B = 1;
+    if (!least_change(plan, at_one, budget, offload_allowed, &least)) {
+        fprintf(out, "least change that fits: none, not at B=1 with -z 3 -r 2 --offload cpu on up to 65536 ranks\n");
+        return;
     }
+    least.B = largest_fitting_B(plan, least, budget);
+    RunShape widest = least;
+    for (RunShape s : changes_in_cost_order(least, offload_allowed))
+        if ((s.B = largest_fitting_B(plan, s, budget)) > widest.B) widest = s;
+    fprintf(out, "least change that fits: %s, B up to %d\n", changed_flags(shape, least).c_str(), least.B);
+    fprintf(out, "largest B: %d with %s\n", widest.B, changed_flags(shape, widest).c_str());
 }
