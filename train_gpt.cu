@@ -1023,8 +1023,8 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", run.rank,
                    (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
-            if (const size_t taken = Backend::device_memory_taken())  // on a GPU: the plan against what the GPU lost
-                printf("rank %d device memory after step 1: %.2f MiB planned, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
+            if (const size_t taken = Backend::device_memory_taken())  // on a GPU: the buffers (as planned) against what the GPU lost
+                printf("rank %d device memory after step 1: %.2f MiB in the run's buffers, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
                        run.rank, memory_total(run.memory(), false) / 1048576.0, taken / 1048576.0, Backend::device_memory_in_use() / 1048576.0);
         }
         peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
