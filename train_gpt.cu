@@ -650,58 +650,10 @@ MemoryUse plan_memory(const RunShape& shape, int rank) {
     return m;
 }
 
-// ranks of this node, as mpirun says (1 without it)
-inline int local_ranks() {
-    const char* n = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    return n != nullptr && atoi(n) > 0 ? atoi(n) : 1;
-}
-
-// The memory each rank may use: --device-memory, else its device's free memory (on the CPU
-// backend the host's available memory), shared by the node's ranks on that device when `shared`
-template <class Backend>
-MemoryBudget memory_budget(const TrainConfig& cfg, bool shared) {
-    MemoryBudget b;
-    b.device_is_host = Backend::device_is_host;
-    if (!cfg.device_memory.empty()) {
-        parse_size(cfg.device_memory, &b.bytes);
-        b.source = "--device-memory";
-        return b;
-    }
-    size_t total = 0;
-    int sharing = 1;
-    if constexpr (Backend::device_is_host) {
-        total = host_memory_available();
-        sharing = local_ranks();
-        b.source = "available host memory";
-        if (total == 0) {  // not known (no /proc/meminfo): nothing is refused
-            b.bytes = SIZE_MAX;
-            b.source = "host memory, not known";
-            return b;
-        }
-    } else {
-        total = Backend::device_memory_free_at_start();
-        sharing = (local_ranks() + Backend::device_count() - 1) / Backend::device_count();
-        b.source = "free on the GPU";
-    }
-    if (!shared) sharing = 1;
-    b.bytes = total / sharing;
-    if (sharing > 1) b.source += ", shared by " + std::to_string(sharing) + " ranks";
-    return b;
-}
-
 // --offload cpu keeps fp32 master weights: not with -w 0 where parameters are narrower
 template <class Backend>
 bool offload_allowed(const TrainConfig& cfg) {
     return !Backend::has_master_weights || cfg.master_weights == 1;
-}
-
-// the smallest value any rank has (a collective)
-inline int min_over_ranks(Communicator& comm, int mine) {
-    std::vector<int> all(comm.rank() == 0 ? comm.world() : 0);
-    comm.gather_host(&mine, all.data(), sizeof(int), 0);
-    if (comm.rank() == 0) mine = *std::min_element(all.begin(), all.end());
-    comm.broadcast_host(&mine, sizeof(int), 0);
-    return mine;
 }
 
 // Everything a run holds, made from the flags: the model and its ZeRO state, the data, the evals,
@@ -799,47 +751,28 @@ private:
             printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
         }
     }
-    // -b auto, and whether this rank's memory fits, from the run's plan (train/memory_plan.h),
-    // before anything large is allocated: one line and exit 1 when it does not
+    // -b auto (with -d, a B that divides it, so accumulation keeps it), and whether this rank's
+    // memory fits, from the run's plan (train/memory_plan.h), before anything large is
+    // allocated: one line and exit 1 when it does not
     void size_memory() {
         check_offload_flags(cfg, Backend::has_master_weights);
         const Planner plan = plan_memory<Backend>;
-        const MemoryBudget budget = memory_budget<Backend>(cfg, true);
+        const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, true);
         RunShape shape = run_shape(cfg, mc, B, T, world);
-        if (B == kAutoBatch) B = shape.B = choose_micro_batch(plan, shape, budget);
+        if (B == kAutoBatch) {  // the largest B that fits every rank
+            shape.B = min_over_ranks(comm, auto_micro_batch(plan, shape, budget, cfg.total_batch));
+            if (shape.B == 0) {
+                shape.B = 1;
+                if (rank != 0) comm.barrier();  // rank 0 says why and ends the job
+                fatal(1, "-b auto: not even B=1 fits: %s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
+            }
+            if (prints_run) printf("%s\n", auto_batch_words(plan, shape, budget, cfg.total_batch).c_str());
+            B = shape.B;
+        }
         const MemoryUse mine = plan(shape, rank);
         const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
         if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
-        if (!fits(mine, budget))
-            fatal(1, "B=%d T=%d with %s needs %s on rank %d (%s), which has %s (%s); %s", B, T, shape_flags(shape).c_str(),
-                  bytes_words(bytes_needed(mine, budget)).c_str(), rank, reserve_words(mine, budget).c_str(), bytes_words(budget.bytes).c_str(),
-                  budget.source.c_str(), what_fits_instead(plan, shape, budget, offload_allowed<Backend>(cfg)).c_str());
-    }
-    // -b auto: the largest B that fits every rank (and, with -d, divides its sequences per
-    // micro-step, so that -d stays as given and accumulation makes up the rest)
-    int choose_micro_batch(const Planner& plan, RunShape shape, const MemoryBudget& budget) {
-        const int chosen = min_over_ranks(comm, auto_micro_batch(plan, shape, budget, cfg.total_batch));
-        if (chosen == 0) {
-            shape.B = 1;
-            if (rank != 0) comm.barrier();  // rank 0 says why and ends the job
-            fatal(1, "-b auto: not even B=1 fits: T=%d with %s needs %s per rank, which has %s (%s); %s", T, shape_flags(shape).c_str(),
-                  bytes_words(bytes_needed(plan(shape, rank), budget)).c_str(), bytes_words(budget.bytes).c_str(), budget.source.c_str(),
-                  what_fits_instead(plan, shape, budget, offload_allowed<Backend>(cfg)).c_str());
-        }
-        if (prints_run) {
-            shape.B = chosen;
-            const MemoryUse at = plan(shape, 0);
-            printf("-b auto: B=%d: %s of the %s per rank (%s; %s)", chosen, bytes_words(bytes_needed(at, budget)).c_str(),
-                   bytes_words(budget.bytes).c_str(), budget.source.c_str(), reserve_words(at, budget).c_str());
-            const int fitting = largest_fitting_B(plan, shape, budget);
-            shape.B = fitting + 1;
-            if (fitting < max_micro_batch(T)) printf("; B=%d would need %s", shape.B, bytes_words(bytes_needed(plan(shape, 0), budget)).c_str());
-            if (cfg.total_batch > 0)
-                printf("; of the B up to %d that fit, %d is the largest dividing -d's %ld sequences per rank: -d %ld kept, %ld accumulation step(s)",
-                       fitting, chosen, cfg.total_batch / ((long)T * world), cfg.total_batch, cfg.total_batch / ((long)chosen * T * world));
-            printf("\n");
-        }
-        return chosen;
+        if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
     }
 
     void restore_state(const std::string& path) {
@@ -1057,7 +990,8 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     if (!device_seen && cfg.device_memory.empty())
         fatal(2, "--plan --device %s: no GPU here to ask for its free memory; give --device-memory (e.g. 80GiB)", cfg.device.c_str());
     const Planner plan = plan_memory<Backend>;
-    const MemoryBudget budget = memory_budget<Backend>(cfg, false);
+    // ranks mpirun started share this node's memory as the run's would; -pn's are elsewhere
+    const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, cfg.num_processes == 0);
     RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world);
     if (cfg.B == kAutoBatch) {
         shape.B = std::max(1, auto_micro_batch(plan, shape, budget, cfg.total_batch));

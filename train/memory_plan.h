@@ -23,6 +23,7 @@
 #include "../kernels/backend_memory.h"
 #include "../model/shape.h"
 #include "../zero/comm.h"
+#include "../zero/offload.h"  // host_memory_available
 #include "../zero/zero.h"
 
 // what decides a rank's memory
@@ -324,6 +325,85 @@ inline std::string what_fits_instead(const Planner& plan, const RunShape& shape,
             s = "nothing fits, not at B=1 with -z 3 -r 2 --offload cpu on 65536 ranks";
     }
     return s;
+}
+
+// One line on a rank that does not fit: what it needs and has, and what would fit instead
+inline std::string does_not_fit_words(const Planner& plan, const RunShape& shape, int rank, const MemoryBudget& budget,
+                                      bool offload_allowed) {
+    const MemoryUse mine = plan(shape, rank);
+    char s[512];
+    snprintf(s, sizeof(s), "B=%d T=%d with %s needs %s on rank %d (%s), which has %s (%s); ", shape.B, shape.T, shape_flags(shape).c_str(),
+             bytes_words(bytes_needed(mine, budget)).c_str(), rank, reserve_words(mine, budget).c_str(), bytes_words(budget.bytes).c_str(),
+             budget.source.c_str());
+    return s + what_fits_instead(plan, shape, budget, offload_allowed);
+}
+
+// What -b auto chose (shape.B) and why: the memory it needs of the budget, what one more would
+// need, and with -d how accumulation keeps it
+inline std::string auto_batch_words(const Planner& plan, RunShape shape, const MemoryBudget& budget, long total_batch) {
+    const int chosen = shape.B;
+    const MemoryUse at = plan(shape, 0);
+    std::string s = "-b auto: B=" + std::to_string(chosen) + ": " + bytes_words(bytes_needed(at, budget)) + " of the " +
+                    bytes_words(budget.bytes) + " per rank (" + budget.source + "; " + reserve_words(at, budget) + ")";
+    const int fitting = largest_fitting_B(plan, shape, budget);
+    shape.B = fitting + 1;
+    if (fitting < max_micro_batch(shape.T)) s += "; B=" + std::to_string(shape.B) + " would need " + bytes_words(bytes_needed(plan(shape, 0), budget));
+    if (total_batch > 0) {
+        const long per_sequence = (long)shape.T * shape.world;
+        s += "; of the B up to " + std::to_string(fitting) + " that fit, " + std::to_string(chosen) + " is the largest dividing -d's " +
+             std::to_string(total_batch / per_sequence) + " sequences per rank: -d " + std::to_string(total_batch) + " kept, " +
+             std::to_string(total_batch / (per_sequence * chosen)) + " accumulation step(s)";
+    }
+    return s;
+}
+
+// the smallest value any rank has (a collective)
+inline int min_over_ranks(Communicator& comm, int mine) {
+    std::vector<int> all(comm.rank() == 0 ? comm.world() : 0);
+    comm.gather_host(&mine, all.data(), sizeof(int), 0);
+    if (comm.rank() == 0) mine = *std::min_element(all.begin(), all.end());
+    comm.broadcast_host(&mine, sizeof(int), 0);
+    return mine;
+}
+
+// ranks of this node, as mpirun says (1 without it)
+inline int local_ranks() {
+    const char* n = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return n != nullptr && atoi(n) > 0 ? atoi(n) : 1;
+}
+
+// The memory each rank may use: `device_memory` (--device-memory) when given, else its device's
+// free memory (on the CPU backend the host's available memory), shared by the node's ranks on
+// that device when `shared`
+template <class Backend>
+MemoryBudget memory_budget(const std::string& device_memory, bool shared) {
+    MemoryBudget b;
+    b.device_is_host = Backend::device_is_host;
+    if (!device_memory.empty()) {
+        if (!parse_size(device_memory, &b.bytes)) fatal(2, "--device-memory %s: expected a size such as 80GiB", device_memory.c_str());
+        b.source = "--device-memory";
+        return b;
+    }
+    size_t total = 0;
+    int sharing = 1;
+    if constexpr (Backend::device_is_host) {
+        total = host_memory_available();
+        sharing = local_ranks();
+        b.source = "available host memory";
+        if (total == 0) {  // not known (no /proc/meminfo): nothing is refused
+            b.bytes = SIZE_MAX;
+            b.source = "host memory, not known";
+            return b;
+        }
+    } else {
+        total = Backend::device_memory_free_at_start();
+        sharing = (local_ranks() + Backend::device_count() - 1) / Backend::device_count();
+        b.source = "free on the GPU";
+    }
+    if (!shared) sharing = 1;
+    b.bytes = total / sharing;
+    if (sharing > 1) b.source += ", shared by " + std::to_string(sharing) + " ranks";
+    return b;
 }
 
 // ----------------------------------------------------------------------------

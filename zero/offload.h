@@ -48,12 +48,6 @@ inline size_t host_memory_available() {
           needed, needed / 1073741824.0, available, available / 1073741824.0);
 }
 
-// before any large allocation: one line and exit 1 when it cannot fit
-inline void check_offload_fits(size_t shard_elements, size_t param_bytes) {
-    const size_t needed = offload_host_bytes(shard_elements, param_bytes), available = host_memory_available();
-    if (available > 0 && needed > available) offload_does_not_fit(needed, available);
-}
-
 template <class Backend>
 class HostOptimizer {
 public:
