@@ -16,6 +16,7 @@
 #include "cpu/matmul.h"
 #include "cpu/residual.h"
 #include "../common/io.h"
+#include "backend_memory.h"
 #include "shard_table.h"
 
 struct CpuBackend {
@@ -151,4 +152,12 @@ struct CpuBackend {
         cpu::adamw_update(params, master, grads, m, v, table, count, s);
     }
     static size_t device_memory_in_use() { return 0; }  // no device
+    static size_t device_memory_taken() { return 0; }
+
+    // what the backend holds besides the model's and zero/'s buffers (kernels/backend_memory.h):
+    // nothing; its "device" memory is the host's
+    static constexpr bool device_is_host = true;
+    static BackendMemory planned_memory(const OpShapes&) { return {}; }
+    static void reserve(const OpShapes&) {}
+    static BackendMemory memory() { return {}; }
 };

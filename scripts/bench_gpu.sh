@@ -43,7 +43,7 @@ bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
     shift 4
     out=$(timed "$TRAIN_GPT" --device cuda -e "$desc" -b "$b" -t 1024 -x "$steps" -r "$r" -v 0 -s 0 -o "" -i "$DATA" "$@")
     report "$desc B=$b T=1024 r=$r${*:+ $*}" "$b" "$out" || return
-    echo "$out" | grep -E '^rank 0 (memory|peak device memory|kernel launches)'
+    echo "$out" | grep -E '^rank 0 (memory|peak device memory|device memory after step 1|kernel launches)'
     # the same seed and tokens in every build: losses to compare between them
     echo "  losses: $(echo "$out" | awk '/^step/ { n = $2; sub(/\/.*/, "", n); if (n == 1 || n % 10 == 0) printf "%s %s  ", n, $5 }')"
 }

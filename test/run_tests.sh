@@ -27,11 +27,11 @@ run_gtest() {  # NAME COMMAND...
     grep -a -E '^\[  (PASSED|FAILED)  \]|skipped' "$log" | head -5
 }
 
-run_check() {  # NAME COMMAND...
+run_check() {  # NAME COMMAND...: passes on exit 0 (skipped when it says "skipped: no GPU")
     local name=$1; shift
     echo "== $name"
     if timeout 900 "$@" >"$log" 2>&1; then
-        passed=$((passed + 1)); echo "ok"
+        if grep -q '^skipped: no GPU' "$log"; then skipped=$((skipped + 1)); echo "skipped: no GPU"; else passed=$((passed + 1)); echo "ok"; fi
     else
         failed=$((failed + 1)); tail -30 "$log"; echo "FAILED: $name"
     fi
@@ -63,6 +63,7 @@ for n in 1 2 3 4; do
 done
 run_check "rank failures end the job" bash test/test_failures.sh
 run_check "command line: main job runs with the defaults" bash test/test_cli.sh
+run_check "memory plan: --plan's lines are the runs', -b auto, what does not fit, README's table" bash test/test_memory_plan.sh
 run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash test/test_run_tiny.sh
 run_check "diverged runs: NaN parameter refused, exit 3 keeping the checkpoints, resume_loop.sh stops on 3 and 2" bash test/test_divergence.sh
 run_check "checkpoints synced before rename and DONE, a full disk says why and keeps the last one" bash test/test_durable_checkpoints.sh
@@ -72,6 +73,7 @@ run_check "make data in a fresh clone, offline: one line saying what to do, or m
 if [ -x test/test_kernels_cuda ]; then
     run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda
     run_check "attention kernels compile to mma.sync + ldmatrix, no spills (ptxas -v)" bash test/test_attention_build.sh
+    run_check "memory plan on a GPU: the run takes what --plan says" bash test/test_memory_plan_gpu.sh
 fi
 if [ -x build/candidate/test/test_kernels_cuda ] && grep -qs KERNELS_CANDIDATE kernels/cuda/*.cuh; then
     run_gtest "CUDA candidate kernels (KERNELS=candidate) vs CPU backend" build/candidate/test/test_kernels_cuda

@@ -15,6 +15,8 @@
 // optimizer's update from given gradients, and overlapped against unoverlapped reduction.
 #include <mpi.h>
 
+#include <map>
+
 #include "recording_comm.h"
 #include "test_util.h"
 
@@ -171,9 +173,9 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
         // and gradients and fp32 master weights, m and v; fp32 without master weights on the CPU
         const ZeroMemory& m = zero.memory();
         const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
-        const uint64_t opt_per_elem = (TestBackend::has_master_weights ? 3 : 2) * 4;
-        const uint64_t want_opt = stage == 0 ? opt_per_elem * P : opt_per_elem * S;
-        bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != want_opt;
+        const uint64_t state_elements = stage == 0 ? P : S, master = TestBackend::has_master_weights ? 4 : 0;
+        bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 8 * state_elements ||
+                      m.master != master * state_elements;
         bad_memory += plan.shard_size() != (stage == 0 ? P : S);
 
         if (step == kSteps - 1) {
@@ -531,12 +533,12 @@ OffloadRun train_offload_case(MpiComm& comm, int stage, bool offload, const std:
         const ZeroMemory& m = zero.memory();
         const uint64_t P = shard_elements(1), S = shard_elements(stage == 0 ? 1 : comm.world()), X = sizeof(TestBackend::floatX);
         const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
-        const uint64_t state = (TestBackend::has_master_weights ? 3 : 2) * 4;
+        const uint64_t master = TestBackend::has_master_weights ? 4 : 0;
         if (offload)
-            run.bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 0 ||
+            run.bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 0 || m.master != 0 ||
                               m.host_optimizer != 12 * S || m.host_staging != X * S;
         else
-            run.bad_memory += m.optimizer != state * S || m.host_optimizer != 0 || m.host_staging != 0;
+            run.bad_memory += m.optimizer != 8 * S || m.master != master * S || m.host_optimizer != 0 || m.host_staging != 0;
     });
     comm.barrier();
     if (comm.rank() == 0) {
@@ -626,6 +628,95 @@ TEST_P(OffloadStage, ResumesAcrossOffload) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, OffloadStage, ::testing::Values(0, 1, 2, 3));
+
+// The test backend, counting what it hands out: bytes held now and at most, in backend memory
+// and in pinned host memory. Only what goes through alloc and alloc_pinned: on CUDA the
+// backend's own buffers (kernels/backend_memory.h) are allocated within it.
+template <class Backend>
+struct TallyingBackend : Backend {
+    struct Tally {
+        std::map<void*, size_t> held;
+        size_t now = 0, most = 0;
+        void* add(void* p, size_t bytes) {
+            held[p] = bytes;
+            most = std::max(most, now += bytes);
+            return p;
+        }
+        void remove(void* p) {
+            now -= held.at(p);
+            held.erase(p);
+        }
+    };
+    static inline Tally device, pinned;
+    static void* alloc(size_t bytes) { return device.add(Backend::alloc(bytes), bytes); }
+    static void release(void* p) {
+        device.remove(p);
+        Backend::release(p);
+    }
+    static void* alloc_pinned(size_t bytes) { return pinned.add(Backend::alloc_pinned(bytes), bytes); }
+    static void release_pinned(void* p) {
+        pinned.remove(p);
+        Backend::release_pinned(p);
+    }
+};
+
+// The memory plan (train/memory_plan.h) against runs that allocate: at every stage, with and
+// without offload, at each recompute level, on this many ranks, each rank's plan equals, byte for
+// byte and category by category, what its run's objects hold after a training step and a
+// validation, names nothing "unnamed", gives the same memory line, and its totals are what the
+// backend handed out at most over the run (device and pinned host memory, counted independently).
+// On CUDA the backend's own buffers are the process's, which the tests before used too: there
+// they are compared in a process of their own, by test/test_memory_plan_gpu.sh.
+#ifdef __CUDACC__
+constexpr bool kCompareBackendMemory = false;
+#else
+constexpr bool kCompareBackendMemory = true;
+#endif
+TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
+    using Tallying = TallyingBackend<TestBackend>;
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const int N = comm.world(), r = comm.rank();
+    int bad = 0, compared = 0;
+    for (int stage = 0; stage <= 3; stage++)
+        for (const bool offload : {false, true})
+            for (int recompute = 0; recompute <= 2; recompute++) {
+                TrainConfig cfg = config(stage, kAccum, N);
+                cfg.offload = offload ? "cpu" : "none";
+                cfg.recompute = recompute;
+                cfg.val_every = 1;
+                cfg.val_steps = 1;
+                cfg.val_data = cfg.train_data;
+                MemoryUse ran;
+                {
+                    ::Run<Tallying> run(cfg, comm);
+                    train_step(run, 0);
+                    evaluate_when_due(run, 1, false);
+                    ran = run.memory();
+                }
+                GPT2Config mc;
+                config_from_descriptor(kModelDesc, &mc);
+                MemoryUse planned = plan_memory<TestBackend>(run_shape(cfg, mc, kB, kT, N), r);
+                if (!kCompareBackendMemory) planned.backend = ran.backend = BackendMemory{};
+                // what the backend allocates within itself, not through alloc and alloc_pinned
+                const size_t backend_own = planned.backend.context + planned.backend.kernel_scratch;
+                const std::vector<MemoryCategory> p = memory_categories(planned), q = memory_categories(ran);
+                int differs = planned.unnamed != 0 || memory_line(r, planned) != memory_line(r, ran) ||
+                              Tallying::device.most + backend_own != memory_total(planned, false) ||
+                              Tallying::pinned.most + planned.backend.pinned_uploads != memory_total(planned, true) ||
+                              Tallying::device.now != 0 || Tallying::pinned.now != 0;
+                for (size_t i = 0; i < p.size(); i++) differs += p[i].bytes != q[i].bytes;
+                if (differs)
+                    ADD_FAILURE() << "rank " << r << " of " << N << ", " << shape_flags(run_shape(cfg, mc, kB, kT, N)) << ": planned\n  "
+                                  << memory_line(r, planned) << " (unnamed " << planned.unnamed << ", device total "
+                                  << memory_total(planned, false) << ")\nran\n  " << memory_line(r, ran) << " (allocated at most "
+                                  << Tallying::device.most << " + backend " << backend_own << ", pinned " << Tallying::pinned.most << ")";
+                bad += differs != 0;
+                compared++;
+                Tallying::device = {}, Tallying::pinned = {};
+            }
+    EXPECT_EQ(failures_everywhere(bad), 0);
+    EXPECT_EQ(compared, 24);
+}
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
 TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {

@@ -188,6 +188,10 @@ inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, c
     if (dbias != nullptr) column_sums_add(dbias, dout, N, OC);
 }
 
+// the scratch matmul_backward asks for at most: the bias gradient's column sums (none where
+// cuBLASLt sums them)
+inline size_t matmul_backward_scratch_bytes(int N, int OC) { return column_sums_scratch_bytes(N, OC); }
+
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                             const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
     matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, nullptr, N, C, OC, dbias_zeroed);
