@@ -45,6 +45,8 @@ struct CpuBackend {
     }
     static void synchronize() {}
     static uint64_t launches() { return 0; }  // no kernels here
+    static void profiler_start() {}
+    static void profiler_stop() {}
     static void accumulate(floatX* dst, const floatX* src, size_t n) { cpu::residual_forward(dst, dst, src, n); }
     static void upload_fp32(floatX* dst, const float* host, size_t n) { memcpy(dst, host, n * 4); }
     static void download_fp32(float* host, const floatX* src, size_t n) { memcpy(host, src, n * 4); }

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include <cuda_profiler_api.h>
+
 #include "backend_memory.h"
 #include "cpu/adamw.h"  // the host AdamW of ZeRO-Offload
 #include "cuda/adamw.cuh"
@@ -105,6 +107,9 @@ struct CudaBackend {
     static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
     // kernels and cuBLASLt matmuls queued since init
     static uint64_t launches() { return gpu::ctx().launches; }
+    // the range a profiler started with --profile-from-start off measures
+    static void profiler_start() { CUDA_CHECK(cudaProfilerStart()); }
+    static void profiler_stop() { CUDA_CHECK(cudaProfilerStop()); }
     static void accumulate(floatX* dst, const floatX* src, size_t n) { gpu::accumulate(dst, src, n); }
     // fp32 host <-> floatX device (round to nearest on the way in)
     static void upload_fp32(floatX* dst, const float* host, size_t n) {

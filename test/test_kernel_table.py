@@ -21,11 +21,11 @@ step    1/2 | loss 10.98
 """
 
 
-def table(csv_text, steps):
+def table(csv_text, steps, *more):
     with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
         f.write(csv_text)
     try:
-        return subprocess.run([sys.executable, SCRIPT, f.name, str(steps)], capture_output=True, text=True)
+        return subprocess.run([sys.executable, SCRIPT, f.name, str(steps), *more], capture_output=True, text=True)
     finally:
         os.unlink(f.name)
 
@@ -45,6 +45,12 @@ class KernelTableTest(unittest.TestCase):
         self.assertIn("1.0/step", flash)
         self.assertIn("1.000 ms/step", flash)
         self.assertIn("82.1%", flash)  # 2000 / 2435.25
+
+    def test_step_time_beside_kernel_time_gives_the_gap(self):
+        r = table(CSV, 1, "2.5")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # 2435.25 us of kernels in a 2.5 ms step: 0.06475 ms, 2.59% of it, outside kernels
+        self.assertIn("a step takes 2.50 ms, 0.06 ms (2.6%) more than its kernels", r.stdout.splitlines()[1])
 
     def test_output_that_is_not_ncu_csv_says_so(self):
         r = table("==ERROR== The application returned an error code (9).\n", 3)
