@@ -11,7 +11,12 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
 dir=$(mktemp -d)
 fail() { echo "FAIL: $*"; cat "$dir/out" 2>/dev/null; rm -rf "$dir"; exit 1; }
-TINY=(-b 2 -t 16 -v 0 -s 0 --seed 5)
+# tokens of its own (llm.c's shard format), so that it runs where make data has not (the GPU machine)
+python3 -c "
+import sys, numpy as np; sys.path.insert(0, 'data')
+from data_common import write_token_shard
+write_token_shard('$dir/tokens.bin', np.random.default_rng(0).integers(0, 50257, 1 << 16))" || fail "cannot write a token shard"
+TINY=(-b 2 -t 16 -v 0 -s 0 --seed 5 -i "$dir/tokens.bin" -j "$dir/tokens.bin")
 
 # a good checkpoint at step 2, and two damaged copies of its model file (numpy as the data scripts use)
 ./train_gpt -e L=2,NH=2,C=32 "${TINY[@]}" -x 2 -o "$dir/good" >"$dir/out" 2>&1 || fail "good run exited $?"
