@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A diverged run does not destroy the good checkpoints, as a user meets it (train/nonfinite.h):
 # 1. a model file with a NaN parameter is refused on load: one line naming the tensor and index;
-# 2. a model whose activations overflow (finite weights, one MLP matrix scaled by 1e30) under
+# 2. a model whose activations overflow (finite weights, one MLP matrix scaled by 2^100) under
 #    mpirun, resumed from a good checkpoint: every step skipped and said so, then exit code 3
 #    with one line, the good checkpoint and its DONE file untouched and no new one written;
 # 3. scripts/resume_loop.sh starts a trainer that exits 3 (such a stop) or 2 (a usage error)
@@ -26,14 +26,20 @@ import numpy as np
 raw = open(sys.argv[1], "rb").read()
 header = np.frombuffer(raw, np.int32, 256)
 maxT, V, L, NH, C, Vp = (int(x) for x in header[2:8])
-params = np.frombuffer(raw, np.float32, offset=1024).copy()
+# llm.c's versions: 3 fp32 parameters (CPU and fp32 builds), 5 bf16 (the bf16 CUDA build)
+bf16 = int(header[1]) == 5
+stored = np.frombuffer(raw, np.uint16 if bf16 else np.float32, offset=1024)
+params = (stored.astype(np.uint32) << 16).view(np.float32) if bf16 else stored.copy()
+def save(name, values):
+    out = (values.view(np.uint32) >> 16).astype(np.uint16) if bf16 else values  # exact: only whole bf16 values change
+    open(sys.argv[2] + name, "wb").write(raw[:1024] + out.tobytes())
 sizes = [Vp * C, maxT * C] + [L * n for n in (C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C)] + [C, C]
 fc = sum(sizes[:10])  # mlp.c_fc.weight, every layer's
 nan = params.copy()
 nan[fc + sizes[10] // L + 904] = np.nan  # layer 1, its value 904
-open(sys.argv[2] + "/nan.bin", "wb").write(raw[:1024] + nan.tobytes())
-params[fc:fc + sizes[10]] *= np.float32(1e30)
-open(sys.argv[2] + "/overflow.bin", "wb").write(raw[:1024] + params.tobytes())
+save("/nan.bin", nan)
+params[fc:fc + sizes[10]] *= np.float32(2.0 ** 100)  # about 1.3e30, a power of two: exact in bf16 too
+save("/overflow.bin", params)
 EOF
 
 # 1. the NaN parameter

@@ -35,7 +35,7 @@ trap 'rm -f "$out" "$shard"' EXIT
 mib() { sed -n "s/$1/\\1/p" "$out" | head -1; }
 check() {  # FLAGS...: one run against its plan
     timeout 300 "$bin" --device cuda -i "$shard" -t 1024 -x 1 -v 0 -s 0 -o "" "$@" >"$out" 2>&1 || fail "$* exited $?"
-    local ran buffers taken in_use planned needed allocations B
+    local ran buffers taken in_use planned needed allocations reserve B
     ran=$(grep '^rank 0 memory MiB' "$out")
     B=$(sed -n 's/.* | B=\([0-9]*\) T=1024.*/\1/p' "$out")
     buffers=$(mib '^rank 0 device memory after step 1: \([0-9.]*\) MiB in the run.s buffers.*')
@@ -53,7 +53,8 @@ $planned"
     local total=${planned%% || host:*}  # the device part's total
     total=${total##* | total }
     allocations=$(mib '.* MiB for \([0-9]*\) allocations. rounding.*')
-    needed=$(awk "BEGIN { print $total + 1024 + 2 * $allocations }")
+    reserve=$(mib '.*(\([0-9.]*\) GiB kept free for the CUDA context and libraries.*')
+    needed=$(awk "BEGIN { print $total + 1024 * $reserve + 2 * $allocations }")
     echo "$* (B=$B): planned $total MiB, buffers after step 1 $buffers, taken $taken (beyond the plan $(awk "BEGIN { print $taken - $total }")), in use $in_use (the context and what was there before: $(awk "BEGIN { print $in_use - $taken }")), needed by the plan $needed"
     [ "$buffers" = "$total" ] || fail "$*: the buffers hold $buffers MiB after step 1, the plan $total"
     awk "BEGIN { exit !($taken + 1 >= $total) }" || fail "$*: $taken MiB taken, less than the $total planned"
