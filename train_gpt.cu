@@ -139,9 +139,18 @@ public:
     // losses keeps its own LossSum. Training calls zero's begin_micro_step() before it; an
     // evaluation calls it alone.
     void forward(const int* inputs, const int* targets, int B, int T, float dloss) {
+        upload_batch(inputs, targets, B * T);
+        forward_uploaded(targets != nullptr, B, T, dloss);
+    }
+    // forward()'s two halves: the batch's tokens (and targets, if any) into backend memory, then
+    // the pass, which reads nothing from the host (so that a CUDA graph may capture it)
+    void upload_batch(const int* inputs, const int* targets, int BT) {
+        Backend::from_host_pinned(inputs_, inputs, BT * sizeof(int));
+        if (targets != nullptr) Backend::from_host_pinned(targets_, targets, BT * sizeof(int));
+    }
+    void forward_uploaded(bool with_targets, int B, int T, float dloss) {
         const int C = c_.channels, NH = c_.num_heads, L = c_.num_layers, BT = B * T;
         zero_.prefetch(1);  // the first layer's parameters arrive while the embedding's are gathered
-        Backend::from_host_pinned(inputs_, inputs, BT * sizeof(int));
         Tensors emb = zero_.params(0);
         Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);
         for (int l = 0; l < L; l++) {
@@ -161,8 +170,7 @@ public:
         Tensors fin = zero_.params(L + 1);
         Backend::layernorm_forward(lnf_, lnf_stats_, lnf_stats_ + B_ * T_, layer(residual3_, L - 1, C), fin[0], fin[1], BT, C);
         Backend::matmul_forward(logits_, lnf_, emb[0], nullptr, BT, C, c_.padded_vocab_size);
-        if (targets == nullptr) return;
-        Backend::from_host_pinned(targets_, targets, BT * sizeof(int));
+        if (!with_targets) return;
         Backend::fused_classifier(logits_, losses_, targets_, dloss, BT, c_.vocab_size, c_.padded_vocab_size);
     }
 
@@ -281,6 +289,7 @@ struct TrainConfig {
     int zero_stage = 0;
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
     int recompute = 1;
+    int cuda_graph = 1;         // where it applies: one rank, -z 0 or 1, no offload (Run::graphs_apply)
     int master_weights = 1;
     int tf32 = 1;
     int gelu_fusion = 0;
@@ -346,6 +355,7 @@ static const Flag kFlags[] = {
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
     {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
+    {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0-1, no offload)"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
     {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (here: in bf16 always, where cuBLASLt offers it)"},
@@ -673,6 +683,12 @@ struct Run {
     std::unique_ptr<Zero<Backend>> zero;
     std::unique_ptr<GPT2<Backend>> model;  // after zero: it holds a reference to it
     LossSum<Backend> train_loss, eval_loss;  // kLossSums of them
+    // a micro-step's forward and backward as a CUDA graph (--cuda-graph): one for a step's first
+    // micro-step, whose gradients start from zero (cuBLASLt then writes the bias gradients), one for
+    // the others. Only where no collective or host transfer runs inside them: one rank, the
+    // gradients not sharded, nothing offloaded.
+    typename Backend::CapturedWork micro_step_graphs[2];
+    bool graphs_apply() const { return cfg.cuda_graph == 1 && world == 1 && cfg.zero_stage <= 1 && cfg.offload == "none"; }
     uint64_t sample_rng;
     OutlierDetector loss_z, grad_z;
     NonFiniteSteps nonfinite;
@@ -841,9 +857,14 @@ StepRecord train_step(Run<Backend>& run, int step) {
         if (cfg.overfit) run.train_data->reset();
         run.train_data->next_batch(run.inputs.data(), run.targets.data());
         zero.begin_micro_step(micro == run.accum - 1);
-        run.model->forward(run.inputs.data(), run.targets.data(), run.B, run.T, dloss);
-        run.train_loss.add_batch_mean(run.model->device_losses(), run.B * run.T);
-        run.model->backward(run.B, run.T);
+        run.model->upload_batch(run.inputs.data(), run.targets.data(), run.B * run.T);
+        auto forward_backward = [&] {
+            run.model->forward_uploaded(true, run.B, run.T, dloss);
+            run.train_loss.add_batch_mean(run.model->device_losses(), run.B * run.T);
+            run.model->backward(run.B, run.T);
+        };
+        if (run.graphs_apply()) Backend::run_captured(run.micro_step_graphs[micro == 0 ? 0 : 1], forward_backward);
+        else forward_backward();
     }
     StepRecord r{};
     r.loss = (float)(run.comm.all_reduce_host(run.train_loss.take() / run.accum) / run.world);
@@ -965,6 +986,10 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
                 printf("rank %d device memory after step 1: %.2f MiB in the run's buffers, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
                        run.rank, memory_total(run.memory(), false) / 1048576.0, taken / 1048576.0, Backend::device_memory_in_use() / 1048576.0);
         }
+        // the step after the first runs the micro-steps' graphs (the first ran without them)
+        if (step == run.resume_step + 1 && launches > 0 && run.graphs_apply() && !run.cfg.quiet)
+            printf("rank %d kernel launches per step with CUDA graphs: %llu (a micro-step's forward and backward: one graph of %llu)\n",
+                   run.rank, (unsigned long long)launches, (unsigned long long)run.micro_step_graphs[0].launches);
         peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
         if (hook) hook(step, *run.zero);
         if (run.nonfinite.limit_reached()) {

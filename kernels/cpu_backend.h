@@ -45,6 +45,12 @@ struct CpuBackend {
     }
     static void synchronize() {}
     static uint64_t launches() { return 0; }  // no kernels here
+    // no graphs here: the work runs as it is (kernels/cuda/common.cuh: run_captured)
+    struct CapturedWork {
+        uint64_t launches = 0;
+    };
+    template <class F>
+    static void run_captured(CapturedWork&, F&& work) { work(); }
     static void profiler_start() {}
     static void profiler_stop() {}
     static void accumulate(floatX* dst, const floatX* src, size_t n) { cpu::residual_forward(dst, dst, src, n); }

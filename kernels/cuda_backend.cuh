@@ -107,6 +107,9 @@ struct CudaBackend {
     static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
     // kernels and cuBLASLt matmuls queued since init
     static uint64_t launches() { return gpu::ctx().launches; }
+    using CapturedWork = gpu::CapturedWork;
+    template <class F>
+    static void run_captured(CapturedWork& w, F&& work) { gpu::run_captured(w, work); }
     // the range a profiler started with --profile-from-start off measures
     static void profiler_start() { CUDA_CHECK(cudaProfilerStart()); }
     static void profiler_stop() { CUDA_CHECK(cudaProfilerStop()); }

@@ -161,11 +161,10 @@ inline TrainConfig tiny_config(const std::string& data, long seed) {
     return cfg;
 }
 
-// Trains tiny_config(data, seed); returns the step records and the final parameters. For
-// determinism checks.
+// Trains cfg (tiny_config(data, seed), or one made from it); returns the step records and the
+// final parameters. For determinism checks.
 template <class Backend>
-std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::string& data, long seed, Communicator& comm) {
-    const TrainConfig cfg = tiny_config(data, seed);
+std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const TrainConfig& cfg, Communicator& comm) {
     std::vector<float> params;
     auto records = train<Backend>(cfg, comm, [&](int step, Zero<Backend>& z) {
         if (step == cfg.max_steps - 1) {
@@ -174,6 +173,10 @@ std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::str
         }
     });
     return {records, params};
+}
+template <class Backend>
+std::pair<std::vector<StepRecord>, std::vector<float>> train_tiny(const std::string& data, long seed, Communicator& comm) {
+    return train_tiny<Backend>(tiny_config(data, seed), comm);
 }
 
 inline std::string temp_dir() {

@@ -147,7 +147,10 @@ struct Context {
     size_t free_at_init = 0;  // device bytes free when the context was made, before its buffers
     int num_sms = 0;
     size_t max_smem_optin = 0;
-    uint64_t launches = 0;  // kernels and cuBLASLt matmuls queued so far (check_launch counts them)
+    uint64_t launches = 0;  // kernels, cuBLASLt matmuls and graphs queued so far (check_launch counts them)
+    uint64_t captured = 0;  // kernels and matmuls captured into graphs so far, not launched then
+    bool capturing = false;  // the stream is being captured into a graph (run_captured)
+    int live_graphs = 0;     // graphs instantiated and not yet destroyed: they hold the scratch's address
     bool sync_launches = false;  // CUDA_SYNC_LAUNCHES=1: check_launch waits for each launch
 };
 
@@ -187,6 +190,9 @@ inline cudaStream_t stream() { return ctx().stream; }
 // reading the old one is never freed under it)
 inline void resize_scratch(size_t bytes) {
     Context& c = ctx();
+    if (c.capturing || c.live_graphs > 0)
+        fatal(1, "an op wanted %zu bytes of scratch, more than the run reserved, while a CUDA graph %s the scratch's address", bytes,
+              c.capturing ? "captures" : "holds");
     CUDA_CHECK(cudaStreamSynchronize(c.stream));
     if (c.scratch) CUDA_CHECK(cudaFree(c.scratch));
     c.scratch_size = bytes;
@@ -249,7 +255,48 @@ inline void check_launch(const char* launcher = __builtin_FUNCTION(), const char
               c.sync_launches ? " (CUDA_SYNC_LAUNCHES=1: this launch's own)"
                               : " (maybe an earlier kernel's: CUDA_SYNC_LAUNCHES=1 checks each launch at once)");
     }
-    c.launches++;
+    (c.capturing ? c.captured : c.launches)++;
+}
+
+// Work that runs the same kernels with the same arguments and pointers each time (a micro-step's
+// forward and backward), as a CUDA graph: run as it is the first time (so its cuBLASLt plans are
+// made and its kernels loaded outside a capture), captured the second time, and from then on one
+// launch instead of one per kernel. The caller keeps one CapturedWork for each distinct work.
+struct CapturedWork {
+    int calls = 0;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t launches = 0;  // the kernels and matmuls the graph holds
+    CapturedWork() = default;
+    CapturedWork(const CapturedWork&) = delete;
+    CapturedWork& operator=(const CapturedWork&) = delete;
+    ~CapturedWork() {
+        if (exec == nullptr) return;
+        cudaGraphExecDestroy(exec);
+        context_raw().live_graphs--;
+    }
+};
+template <class F>
+void run_captured(CapturedWork& w, F&& work) {
+    Context& c = ctx();
+    if (w.calls++ == 0) {
+        work();
+        return;
+    }
+    if (w.exec == nullptr) {
+        const uint64_t before = c.captured;
+        cudaGraph_t graph;
+        CUDA_CHECK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal));
+        c.capturing = true;
+        work();
+        c.capturing = false;
+        CUDA_CHECK(cudaStreamEndCapture(c.stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&w.exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        c.live_graphs++;
+        w.launches = c.captured - before;
+    }
+    CUDA_CHECK(cudaGraphLaunch(w.exec, c.stream));
+    check_launch();
 }
 
 // one launch shape for elementwise ops: enough blocks to fill the GPU, grid-stride beyond
