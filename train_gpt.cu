@@ -268,6 +268,7 @@ struct TrainConfig {
     int shuffle = 1;
     int zero_stage = 0;
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
+    std::string shard_group = "all";  // ranks per shard group (hybrid sharding, zero/zero.h): all, node or N
     int recompute = 1;
     int master_weights = 1;
     int tf32 = 1;
@@ -329,6 +330,7 @@ static const Flag kFlags[] = {
     {"", "--shuffle", 'i', FIELD(shuffle), 0, 1, "1: each epoch permutes shards and windows (from --seed); 0: file order"},
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
     {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
+    {"", "--shard-group", 's', FIELD(shard_group), 0, 0, "stages 1-3 shard within groups of N consecutive ranks, one replica per group: N | node | all"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
@@ -363,6 +365,13 @@ inline bool one_of(const std::string& v, std::initializer_list<const char*> opti
     for (const char* o : options)
         if (v == o) return true;
     return false;
+}
+
+// a whole number in [1, max] written in decimal, else 0
+inline long parse_count(const std::string& v, long max) {
+    char* end = nullptr;
+    const long n = strtol(v.c_str(), &end, 10);
+    return !v.empty() && isdigit((unsigned char)v[0]) && *end == '\0' && n >= 1 && n <= max ? n : 0;
 }
 
 // Exits with code 2 and one line on any unknown flag or value out of range.
@@ -400,6 +409,8 @@ inline TrainConfig parse_args(int argc, char** argv) {
         fatal(2, "-k %s: expected cosine, linear, constant or wsd", cfg.schedule.c_str());
     if (!one_of(cfg.device, {"cpu", "cuda", "auto"})) fatal(2, "--device %s: expected cpu, cuda or auto", cfg.device.c_str());
     if (!one_of(cfg.offload, {"none", "cpu"})) fatal(2, "--offload %s: expected none or cpu", cfg.offload.c_str());
+    if (!one_of(cfg.shard_group, {"all", "node"}) && parse_count(cfg.shard_group, 1 << 20) == 0)
+        fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
     if (cfg.init_method != "mpi")
         fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
     return cfg;
@@ -557,6 +568,8 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
     if (given(cfg, "-ge")) printf("note: -ge: GELU runs inside the matmuls in the bf16 CUDA build wherever cuBLASLt offers it, as its own kernel elsewhere, whatever -ge says\n");
     if (given(cfg, "-pg")) printf("note: -pg: each rank takes a GPU by its rank on the node (from mpirun), not from -pg\n");
     if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
+    if (cfg.shard_group != "all" && cfg.zero_stage == 0)
+        printf("note: --shard-group: stage 0 shards nothing (every rank holds everything); gradients are all-reduced over all ranks\n");
 }
 
 // --offload cpu keeps fp32 master weights on the host (DeepSpeed's layout); where the backend's
@@ -564,6 +577,30 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
 inline void check_offload_flags(const TrainConfig& cfg, bool params_narrower_than_fp32) {
     if (cfg.offload == "cpu" && params_narrower_than_fp32 && cfg.master_weights == 0)
         fatal(2, "--offload cpu keeps fp32 master weights on the host; it cannot go with -w 0");
+}
+
+// --shard-group as ranks per group: `node` the ranks mpirun put on each node (node_ranks, 0
+// when nodes differ), `all` (or stage 0, which shards nothing) the world
+inline int shard_group_ranks(const TrainConfig& cfg, int world, int node_ranks) {
+    if (cfg.zero_stage == 0 || cfg.shard_group == "all") return world;
+    return cfg.shard_group == "node" ? node_ranks : (int)parse_count(cfg.shard_group, 1 << 20);
+}
+
+// What the sharding flags ask that this run cannot do, in one line ("" when nothing)
+inline std::string sharding_flags_error(const TrainConfig& cfg, int world, int node_ranks) {
+    const int N = shard_group_ranks(cfg, world, node_ranks);
+    if (N == 0) return "--shard-group node: the nodes hold different numbers of ranks, or ranks that are not consecutive; give the group size instead";
+    if (world % N != 0)
+        return "--shard-group " + cfg.shard_group + ": expected a divisor of the " + std::to_string(world) + " rank(s), each group a replica";
+    return "";
+}
+
+// A usage error that every rank finds alike (after check_ranks_agree): said once, by rank 0, and
+// the job ends with code 2
+[[noreturn]] inline void usage_error_everywhere(Communicator& comm, const std::string& line) {
+    if (comm.rank() == 0) fatal(2, "%s", line.c_str());
+    comm.barrier();  // rank 0's error ends every rank
+    exit(2);
 }
 
 // Linear warmup when -u is not given: none from a checkpoint (llm.c's default, whose runs start
@@ -585,6 +622,7 @@ struct Run {
     bool prints_run;  // this rank prints the run's lines: rank 0, unless --quiet
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
+    int shard_group = 1;  // ranks per shard group (the world without --shard-group)
     long total_batch = 0;
     std::unique_ptr<DataLoader> train_data, val_data;
     std::unique_ptr<HellaSwag> hellaswag;
@@ -615,8 +653,6 @@ struct Run {
         const bool from_random = config_from_descriptor(cfg.init, &mc);
         const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
         if (!weights.empty()) mc = checkpoint_config(weights);
-        check_offload(mc);  // before the model's parameters take their memory
-        init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
 
@@ -632,9 +668,16 @@ struct Run {
         max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data->total_tokens() / total_batch);
         open_tokenizer();
         check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
+        // the ranks agree on the flags: what they ask is said once, if it cannot be done
+        const int node_ranks = cfg.shard_group == "node" ? comm.ranks_per_node() : 0;
+        const std::string sharding_error = sharding_flags_error(cfg, world, node_ranks);
+        if (!sharding_error.empty()) usage_error_everywhere(comm, sharding_error);
+        shard_group = shard_group_ranks(cfg, world, node_ranks);
 
+        check_offload(mc);  // before the model's parameters take their memory
+        init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm,
-                                               ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu"});
+                                               ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu", shard_group});
         zero->load(init.data());
         init = std::vector<float>();
         model = std::make_unique<GPT2<Backend>>(mc, B, T, cfg.recompute, *zero);
@@ -669,7 +712,7 @@ private:
     void check_offload(const GPT2Config& model) const {
         if (cfg.offload != "cpu") return;
         check_offload_flags(cfg, Backend::has_master_weights);
-        const PartitionPlan plan(param_groups(model), cfg.zero_stage == 0 ? 1 : world);
+        const PartitionPlan plan(param_groups(model), cfg.zero_stage == 0 ? 1 : shard_group);
         check_offload_fits(plan.shard_size(), sizeof(typename Backend::floatX));
     }
     void restore_state(const std::string& path) {
@@ -682,12 +725,17 @@ private:
         if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
         if (prints_run) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
     }
+    // hybrid sharding, for the setup line: "" with one group
+    std::string shard_groups_said() const {
+        if (shard_group == world) return "";
+        return " in " + std::to_string(world / shard_group) + " groups of " + std::to_string(shard_group) + " rank(s), one replica each";
+    }
     void print_setup() const {
         if (prints_run) {
             printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", mc.num_layers, mc.num_heads, mc.channels,
                    mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero->plan().total());
-            printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
-                   Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps, cfg.warmup);
+            printf("backend %s, %d rank(s), ZeRO stage %d%s | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
+                   Backend::name, world, cfg.zero_stage, shard_groups_said().c_str(), B, T, total_batch, accum, max_steps, cfg.warmup);
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
             note_inapplicable_flags<Backend>(cfg);
@@ -795,6 +843,14 @@ void report_step(const Run<Backend>& run, int step, const StepRecord& r, double 
     if (run.log) fprintf(run.log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, r.loss, r.norm, r.lr, ms, tok_per_s);
 }
 
+// bytes per collective, for the step line's companion
+inline std::string bytes_said(const CommCounters& c) {
+    char line[160];
+    snprintf(line, sizeof(line), "all-reduce %llu | reduce-scatter %llu | all-gather %llu", (unsigned long long)c.all_reduce,
+             (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+    return line;
+}
+
 // The checkpoint after `step` updates: model_N.bin (fp32 from an fp32 build, bf16 from a bf16
 // one, as llm.c), state_N.bin (state brings everything but the optimizer's arrays), then DONE_N,
 // then the checkpoint -nk/-nm retire. A collective; rank 0 gathers and writes every file, so
@@ -848,7 +904,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
 
         Backend::synchronize();
         const auto start = std::chrono::steady_clock::now();
-        comm.reset_counters();  // count this step's training traffic only
+        run.zero->reset_traffic();  // count this step's training traffic only
         const uint64_t launches_before = Backend::launches();
         records.push_back(train_step(run, step));
         Backend::synchronize();
@@ -857,9 +913,11 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         report_step(run, step, records.back(), std::chrono::duration<double, std::milli>(now - start).count(),
                     std::chrono::duration<double>(now - run_start).count());
         if (step == run.resume_step && !run.cfg.quiet) {
-            const CommCounters& c = comm.counters();
-            printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", run.rank,
-                   (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+            const ZeroTraffic t = run.zero->traffic();
+            if (run.zero->replica_count() == 1) printf("rank %d bytes moved per step: %s\n", run.rank, bytes_said(t.inside).c_str());
+            else
+                printf("rank %d bytes moved per step: inside its group of %d: %s || across the %d groups: %s\n", run.rank,
+                       run.zero->group_size(), bytes_said(t.inside).c_str(), run.zero->replica_count(), bytes_said(t.across).c_str());
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
         }
         peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());

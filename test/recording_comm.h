@@ -3,6 +3,7 @@
 // (Communicator::note), so a test can check when things happen, not only what comes out.
 #pragma once
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ public:
         rank_ = inner.rank();
         world_ = inner.world();
     }
+    // recording what goes over `inner`, which it keeps (a split: its own log and tickets)
+    explicit RecordingComm(std::unique_ptr<Communicator> inner) : RecordingComm(*inner) { owned_inner_ = std::move(inner); }
     const std::vector<Entry>& log() const { return log_; }
 
     // What the log shows against the design (zero/zero.h): a collective started while one in
@@ -65,6 +68,10 @@ public:
         inner_.abort(code);
         exit(code);  // not reached; the compiler does not see it through the virtual call
     }
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+        return std::make_unique<RecordingComm>(inner_.split(first, count, stride));
+    }
+    int ranks_per_node() override { return inner_.ranks_per_node(); }
     void wait(Ticket ticket) override {
         if (ticket == 0) return;  // finished when it started (zero/comm.h)
         inner_.wait(inner_tickets_.at(ticket - 1));
@@ -103,6 +110,7 @@ private:
     }
 
     Communicator& inner_;
+    std::unique_ptr<Communicator> owned_inner_;  // when made by split()
     std::vector<Entry> log_;
     std::vector<Ticket> inner_tickets_;  // by our ticket - 1
     int serves_ = -1;  // the group the next collective serves, as last noted

@@ -112,14 +112,27 @@ WorstError worst_everywhere(const WorstError& mine) {
     return worst;
 }
 
-class ZeroStage : public ::testing::TestWithParam<int> {};
+// Whether every rank holds the same shard as the ranks r +- N, r +- 2N... of the other shard
+// groups, bit for bit (replicas that drift apart would train different models)
+int replicas_differ(const std::vector<float>& shard, int N) {
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    std::vector<float> all(shard.size() * world);
+    MPI_Allgather(shard.data(), (int)shard.size(), MPI_FLOAT, all.data(), (int)shard.size(), MPI_FLOAT, MPI_COMM_WORLD);
+    int differ = 0;
+    for (int other = rank % N; other < world; other += N)
+        differ += memcmp(all.data() + other * shard.size(), shard.data(), shard.size() * sizeof(float)) != 0;
+    return differ;
+}
 
-TEST_P(ZeroStage, MatchesSingleRankTraining) {
-    const int stage = GetParam();
+// `stage` on this job's W ranks, sharded over groups of N ranks (N = W: plain ZeRO; else W/N
+// replicas, --shard-group N), against single-rank training
+void expect_single_rank_training(int stage, int N) {
     MpiComm comm = make_comm(MPI_COMM_WORLD);
-    const int N = comm.world(), r = comm.rank();
-    const ReferenceRun& ref = reference(N);
-    int bad_shards = 0, bad_counters = 0, bad_memory = 0, prefetch_misses = 0;
+    const int W = comm.world(), R = W / N, r = comm.rank() % N;
+    const ReferenceRun& ref = reference(W);
+    int bad_shards = 0, bad_counters = 0, bad_memory = 0, prefetch_misses = 0, replicas_drift = 0;
     std::vector<float> final_params;
 
     auto hook = [&](int step, Zero<TestBackend>& zero) {
@@ -155,17 +168,22 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
                 }
             }
         bad_shards += at != shard.size();
+        replicas_drift += replicas_differ(shard, N);
 
-        // bytes moved this step (ZeRO paper's accounting, see zero/comm.h)
-        const CommCounters& c = comm.counters();
+        // bytes moved this step (ZeRO paper's accounting, see zero/comm.h), inside the shard
+        // group as plain ZeRO on N ranks moves them; across groups one all-reduce of the shard
+        const ZeroTraffic traffic = zero.traffic();
+        const CommCounters& c = traffic.inside;
         uint64_t ar = 0, rs = 0, ag = 0;
-        if (stage == 0 && N > 1) ar = 2 * P * X;
+        if (stage == 0 && W > 1) ar = 2 * P * X;
         if (stage == 1) rs = N * S * X, ag = N * S * X;
         if (stage == 2) rs = kAccum * N * S * X, ag = N * S * X;
         // stage 3: each micro-step gathers every group for forward, and again for backward all
         // but the ones still resident: first, last, and the last two layers (two layer slots)
         if (stage == 3) rs = kAccum * N * S * X, ag = kAccum * N * (2 * S - S_first - S_last - S_last_layers) * X;
         bad_counters += c.all_reduce != ar || c.reduce_scatter != rs || c.all_gather != ag || c.broadcast != 0;
+        const CommCounters& a = traffic.across;
+        bad_counters += a.all_reduce != (stage > 0 && R > 1 ? 2 * S * X : 0) || a.reduce_scatter != 0 || a.all_gather != 0 || a.broadcast != 0;
 
         // bytes held: 16 Psi, 4 Psi + 12 Psi/N, 2 Psi + 14 Psi/N, 16 Psi/N with bf16 parameters
         // and gradients and fp32 master weights, m and v; fp32 without master weights on the CPU
@@ -182,7 +200,9 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
             zero.save(final_params.data());
         }
     };
-    std::vector<StepRecord> records = train<TestBackend>(config(stage, kAccum, N), comm, hook);
+    TrainConfig cfg = config(stage, kAccum, W);
+    if (N != W) cfg.shard_group = std::to_string(N);
+    std::vector<StepRecord> records = train<TestBackend>(cfg, comm, hook);
 
     int bad_steps = 0;
     for (int s = 0; s < kSteps; s++)
@@ -195,8 +215,72 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
     EXPECT_EQ(failures_everywhere(bad_counters), 0) << "communication counters differ from the formula";
     EXPECT_EQ(failures_everywhere(bad_memory), 0) << "memory per category differs from the formula";
     EXPECT_EQ(failures_everywhere(prefetch_misses), 0) << "stage 3: a layer's parameters were gathered on demand, not prefetched";
+    EXPECT_EQ(failures_everywhere(replicas_drift), 0) << "shard groups hold different replicas of a shard";
     // training must have done something, or equality would prove little
     EXPECT_LT(records.back().loss, records.front().loss - 0.05f);
+}
+
+class ZeroStage : public ::testing::TestWithParam<int> {};
+TEST_P(ZeroStage, MatchesSingleRankTraining) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    expect_single_rank_training(GetParam(), world);
+}
+
+// Hybrid sharding: --shard-group 2 on 4 ranks (two replicas of a 2-rank shard), and
+// --shard-group 1 on 2 and 3 ranks (a replica per rank, sharding nothing)
+int hybrid_group(int world) { return world == 4 ? 2 : world > 1 ? 1 : 0; }
+class HybridStage : public ::testing::TestWithParam<int> {};
+TEST_P(HybridStage, MatchesSingleRankTraining) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (hybrid_group(world) == 0) GTEST_SKIP() << "one rank: one group";
+    expect_single_rank_training(GetParam(), hybrid_group(world));
+}
+INSTANTIATE_TEST_SUITE_P(Stages, HybridStage, ::testing::Values(1, 2, 3));
+
+// Written by 4 ranks in 2 shard groups of 2, resumed by 2 ranks without --shard-group
+// (accumulation doubled: the same sequences per step), at each stage 1-3: the checkpoint is
+// unsharded. Steps 4-6 and the final model match the uninterrupted 4-rank run.
+TEST(HybridResume, OnTwoRanksWithoutShardGroups) {
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    if (comm.world() != 4) GTEST_SKIP() << "needs 4 ranks";
+    MPI_Comm two;
+    MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < 2 ? 0 : MPI_UNDEFINED, comm.rank(), &two);
+    int bad = 0;
+    for (int stage = 1; stage <= 3; stage++) {
+        TrainConfig cfg = config(stage, kAccum, 4);
+        cfg.shard_group = "2";
+        cfg.max_steps = 6;
+        cfg.checkpoint_every = 3;
+        cfg.output_dir = g_data_dir + "/hybrid_resume";
+        const std::vector<StepRecord> whole = train<TestBackend>(cfg, comm);
+        comm.barrier();
+        GPT2Config c;
+        const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+        comm.barrier();  // every rank has read it before it is removed
+        if (comm.rank() == 0) remove_checkpoint(cfg.output_dir, 6);
+        if (comm.rank() < 2) {
+            MpiComm pair = make_comm(two);
+            TrainConfig resumed = config(stage, 2 * kAccum, 2);
+            resumed.max_steps = 6;
+            resumed.checkpoint_every = 3;
+            resumed.output_dir = cfg.output_dir;
+            resumed.resume = 1;
+            const std::vector<StepRecord> rest = train<TestBackend>(resumed, pair);
+            pair.barrier();  // rank 0 has written the checkpoint
+            bad += rest.size() != 3;
+            for (size_t s = 0; s < rest.size() && s < 3; s++)
+                bad += !close(rest[s].loss, whole[3 + s].loss, kTol) || !close(rest[s].norm, whole[3 + s].norm, kTol);
+            const std::vector<float> params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+            for (size_t i = 0; i < params.size(); i++) bad += !close(params[i], final_params[i], kTol, kTol);
+        }
+        comm.barrier();
+        if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
+        comm.barrier();
+    }
+    if (two != MPI_COMM_NULL) MPI_Comm_free(&two);
+    EXPECT_EQ(failures_everywhere(bad), 0) << "a run of 2 shard groups of 2 ranks resumed on 2 ranks without groups differs";
 }
 
 // A checkpoint written at one stage resumes at another: the state file is unsharded, and each

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ public:
     virtual void gather_host(const void* send, void* recv, size_t bytes, int root) = 0;
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
+    // A communicator over `count` of this one's ranks: first, first + stride, ..., which hold
+    // this rank (a collective: every rank calls it, naming its own subset, and the subsets
+    // partition the ranks). Its collectives count their bytes apart from this one's.
+    virtual std::unique_ptr<Communicator> split(int first, int count, int stride) = 0;
+    // how many ranks mpirun put on this rank's node, when every node holds that many and they
+    // are consecutive ranks (mpirun's default placement); else 0. A collective.
+    virtual int ranks_per_node() = 0;
 
     // ZeRO's schedule, told to a communicator that records it (test/recording_comm.h); the real
     // ones ignore it. ParamsWanted: the model asks for group g's parameters; GradsDone: group g's

@@ -69,6 +69,7 @@ public:
         for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
         cudaStreamDestroy(comm_stream_);
         ncclCommDestroy(nccl_);
+        if (owns_mpi_) MPI_Comm_free(&mpi_);
     }
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
@@ -90,6 +91,13 @@ public:
         mpi_gather_host(send, recv, bytes, root, mpi_);
     }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
+    // an NCCL communicator of its own over the subset's ranks (and its own collective stream)
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+        auto sub = std::make_unique<NcclComm>(mpi_split(mpi_, first, count), stream_);
+        sub->owns_mpi_ = true;
+        return sub;
+    }
+    int ranks_per_node() override { return mpi_ranks_per_node(mpi_); }
 
 protected:
     Ticket start_all_reduce(void* buf, size_t n, DType t) override {
@@ -142,6 +150,7 @@ private:
     }
 
     MPI_Comm mpi_;
+    bool owns_mpi_ = false;  // made by split(): freed with this communicator
     cudaStream_t stream_, comm_stream_ = nullptr;
     ncclComm_t nccl_ = nullptr;
     std::map<Ticket, cudaEvent_t> events_;

@@ -34,6 +34,13 @@
 // embedding) goes in several pieces, so the communication buffers are sized by a layer, not by
 // the vocabulary.
 //
+// Hybrid sharding (ZeroOptions::shard_group, --shard-group N; PyTorch FSDP's HSDP): stages 1-3
+// shard over groups of N consecutive ranks, each group a replica of the others. A group's
+// gradients are reduce-scattered inside it; in the step's last reduction each rank's piece is
+// then all-reduced with the ranks that hold the same piece in the other groups (its replicas),
+// so the traffic across groups is one all-reduce of the shard per step. Parameters are gathered
+// inside the group only. Every replica holds the same gradient shard and takes the same update.
+//
 // Offload (ZeroOptions::offload_optimizer, at any stage): the optimizer state and its update
 // move to the host, zero/offload.h; the stage's parameters and gradients stay where they are.
 // A group's gradient leaves for the host as soon as it is final for the step (its last
@@ -76,12 +83,43 @@ struct ZeroPolicy {
     bool gathers_after_update() const { return shards_optimizer && !shards_params; }
 };
 
+// bytes moved per rank (zero/comm.h's accounting), inside its shard group and across groups
+struct ZeroTraffic {
+    CommCounters inside, across;
+};
+
+// The world's ranks in shard groups of N consecutive ranks (hybrid sharding; N <= 0 or the whole
+// world: one group). group() is this rank's group, replicas() the ranks that hold the same part of
+// the shard as this one, one in each group (null with one group): rank r and r +- N, r +- 2N...
+class ShardGroups {
+public:
+    ShardGroups(Communicator& world, int N) : world_(world) {
+        const int W = world.world(), r = world.rank();
+        if (N <= 0 || N == W) return;
+        if (W % N != 0) fatal(2, "--shard-group %d: expected a divisor of the %d ranks", N, W);
+        group_ = world.split(r / N * N, N, 1);
+        replicas_ = world.split(r % N, W / N, N);
+    }
+    Communicator& world() const { return world_; }
+    Communicator& group() const { return group_ ? *group_ : world_; }
+    Communicator* replicas() const { return replicas_.get(); }
+    // whether world rank `rank` is in this rank's group
+    bool holds(int rank) const { return rank / group().world() == world_.rank() / group().world(); }
+
+private:
+    Communicator& world_;
+    std::unique_ptr<Communicator> group_, replicas_;
+};
+
 struct ZeroOptions {
     // an fp32 copy of the parameters for the update (-w), where the backend's parameters are
     // narrower than fp32; ignored where they are fp32 already
     bool master_weights = true;
     // fp32 master weights, Adam m and v in host memory, updated there (--offload cpu)
     bool offload_optimizer = false;
+    // ranks per shard group (--shard-group): stages 1-3 shard over groups of this many
+    // consecutive ranks, each group a replica; 0: one group of all ranks
+    int shard_group = 0;
 };
 
 template <class Backend>
@@ -99,12 +137,15 @@ public:
         }
     };
 
+    // comm: every rank of the run; the stage shards over options.shard_group of them
     Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, ZeroOptions options = {})
         : policy_(stage),
-          comm_(comm),
+          shard_groups_(comm, policy_.shards_optimizer ? options.shard_group : 0),
+          comm_(shard_groups_.group()),
+          replicas_(shard_groups_.replicas()),
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
-          plan_(groups, policy_.shards_optimizer ? comm.world() : 1),
-          rank_(policy_.shards_optimizer ? comm.rank() : 0),
+          plan_(groups, policy_.shards_optimizer ? comm_.world() : 1),
+          rank_(policy_.shards_optimizer ? comm_.rank() : 0),
           master_in_state_(Backend::has_master_weights && options.master_weights) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
@@ -133,6 +174,8 @@ public:
         for (int s = 0; s < kSlots && communicates; s++) {
             owned_.alloc(&rank_major_[s], (size_t)N * slot_piece[s], &memory_.comm);
             if (!policy_.all_reduces()) owned_.alloc(&my_piece_[s], slot_piece[s], &memory_.comm);
+            // stage 1 with replicas: a piece all-reduced across groups while the next one is reduce-scattered
+            if (replicas_ && !policy_.shards_grads) owned_.alloc(&across_piece_[s], slot_piece[s], &memory_.comm);
             if (policy_.shards_grads) owned_.alloc(&bucket_[s], slot_size[s], &memory_.comm);
             if (policy_.shards_params) {
                 owned_.alloc(&slot_[s], slot_size[s], &memory_.comm);
@@ -161,6 +204,15 @@ public:
 
     const PartitionPlan& plan() const { return plan_; }
     const ZeroMemory& memory() const { return memory_; }
+    // ranks per shard group, and groups (replicas of the shard)
+    int group_size() const { return comm_.world(); }
+    int replica_count() const { return replicas_ ? replicas_->world() : 1; }
+    // bytes moved since the last reset_traffic()
+    ZeroTraffic traffic() const { return {comm_.counters(), replicas_ ? replicas_->counters() : CommCounters{}}; }
+    void reset_traffic() {
+        comm_.reset_counters();
+        if (replicas_) replicas_->reset_counters();
+    }
     // fp32 master weights are part of the optimizer state (save_state, load_state)
     bool has_master_weights() const { return master_in_state_; }
     bool offloads_optimizer() const { return host_ != nullptr; }
@@ -195,9 +247,12 @@ public:
     // `master` is left alone). The same with or without offload. A collective; only `root`
     // receives.
     void save_state(float* m, float* v, float* master, int root) {
+        if (!shard_groups_.holds(root)) return;  // the other groups hold the same shards again
         const int N = plan_.world();
         const size_t S = plan_.shard_size();
-        std::vector<float> shard(host_ ? 0 : S), rows(comm_.rank() == root && N > 1 ? (size_t)N * S : 0);
+        const bool is_root = shard_groups_.world().rank() == root;
+        root %= comm_.world();  // in the group
+        std::vector<float> shard(host_ ? 0 : S), rows(is_root && N > 1 ? (size_t)N * S : 0);
         auto gather = [&](const float* device_shard, const float* host_shard, float* out) {
             const float* mine = host_shard;
             if (host_ == nullptr) {
@@ -210,7 +265,7 @@ public:
                 comm_.gather_host(mine, rows.data(), S * sizeof(float), root);
                 all = rows.data();
             }
-            if (comm_.rank() != root) return;
+            if (!is_root) return;
             for (int g = 0; g < plan_.num_groups(); g++)
                 for (const auto& t : plan_.group(g).tensors)
                     for (int r = 0; r < N; r++)
@@ -324,8 +379,9 @@ public:
                 if (!reduced_[g]) reduce_group(g);
         last_micro_step_ = false;  // the gradients may be read again
         for (int s = 0; s < kSlots; s++) {
-            const int final_group = finish_reduce(s);
-            if (final_group >= 0) gradient_final(final_group);
+            // the slot's last reduce-scatter, then the all-reduce across groups it may start
+            for (const int final_group : {finish_reduce(s), finish_across(s)})
+                if (final_group >= 0) gradient_final(final_group);
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
             gather_[s].group = -1;
         }
@@ -426,19 +482,48 @@ private:
     }
     // The slot's reduction under way, if any, waited for and its result put where the optimizer
     // reads it: back into the full gradient (all-reduced), into this rank's chunks of it
-    // (reduce-scattered from it), added into the gradient shard (from a bucket). Returns the
-    // group whose gradient that made final for the step (its last piece of the step's last
+    // (reduce-scattered from it), added into the gradient shard (from a bucket). With replicas,
+    // the step's last reduction then starts the piece's all-reduce across groups (after the one
+    // the slot has under way, if any, is finished): in the shard, or at stage 1 in a buffer of
+    // its own, so that the slot's next reduce-scatter need not wait for it. Returns the group
+    // whose gradient that made final for the step (its last piece of the step's last
     // reduction), else -1.
     int finish_reduce(int s) {
+        const int final_across = finish_across(s);
         InFlight& r = reduce_[s];
-        if (r.group < 0) return -1;
+        if (r.group < 0) return final_across;
         comm_.wait(r.ticket);
         const auto& group = plan_.group(r.group);
-        if (policy_.all_reduces()) unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
-        else if (!policy_.shards_grads) copy_from_my_piece(my_piece_[s], group, r.lo, r.hi, [&](const PartitionPlan::Tensor& t) { return grad_of(t); });
-        else Backend::accumulate(grads_shard_ + group.shard_offset + r.lo, my_piece_[s], r.hi - r.lo);
-        const int final_group = r.last_of_step && r.hi == group.shard_size ? r.group : -1;
+        const bool across = replicas_ && r.last_of_step && !policy_.all_reduces();
+        auto grad_chunk = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
+        if (policy_.all_reduces()) {
+            unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
+        } else if (!policy_.shards_grads) {
+            if (across) std::swap(my_piece_[s], across_piece_[s]);
+            else copy_from_my_piece(my_piece_[s], group, r.lo, r.hi, grad_chunk);
+        } else {
+            Backend::accumulate(grads_shard_ + group.shard_offset + r.lo, my_piece_[s], r.hi - r.lo);
+        }
+        if (across) {
+            floatX* piece = policy_.shards_grads ? grads_shard_ + group.shard_offset + r.lo : across_piece_[s];
+            replicas_->note(Communicator::Event::NextCollectiveMoves, r.group);
+            across_[s] = {r.group, r.lo, r.hi, replicas_->all_reduce_async(piece, r.hi - r.lo, dtype_), true};
+        }
+        const int final_group = !across && r.last_of_step && r.hi == group.shard_size ? r.group : -1;
         r.group = -1;
+        return final_group >= 0 ? final_group : final_across;  // at most one is: across or not
+    }
+    // The slot's all-reduce across groups, if any, waited for (at stage 1 its piece copied into
+    // this rank's chunks of the full gradient); returns the group it made final, else -1
+    int finish_across(int s) {
+        InFlight& a = across_[s];
+        if (a.group < 0) return -1;
+        replicas_->wait(a.ticket);
+        const auto& group = plan_.group(a.group);
+        if (!policy_.shards_grads)
+            copy_from_my_piece(across_piece_[s], group, a.lo, a.hi, [&](const PartitionPlan::Tensor& t) { return grad_of(t); });
+        const int final_group = a.hi == group.shard_size ? a.group : -1;
+        a.group = -1;
         return final_group;
     }
     // group g's gradient is final for the step: offloaded, it leaves for the host now, on the
@@ -580,7 +665,9 @@ private:
     }
 
     ZeroPolicy policy_;
-    Communicator& comm_;
+    ShardGroups shard_groups_;
+    Communicator& comm_;         // this rank's shard group: the collectives of the stage
+    Communicator* replicas_;     // the ranks holding the same shard in the other groups (null: none)
     DType dtype_;
     PartitionPlan plan_;
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
@@ -600,6 +687,7 @@ private:
     // (slot_, in the group's layout) and the rank-major buffer they are gathered into
     floatX* rank_major_[kSlots] = {};
     floatX* my_piece_[kSlots] = {};
+    floatX* across_piece_[kSlots] = {};  // stage 1 with replicas: a piece all-reduced across groups
     floatX* bucket_[kSlots] = {};
     floatX* slot_[kSlots] = {};
     floatX* gathered_[kSlots] = {};
@@ -609,8 +697,9 @@ private:
     std::vector<char> reduced_;  // per group: its reduction of this step has started (stages 0-1)
     std::vector<char> zeroed_;   // per group: no grads_done since its gradients were zeroed
     bool last_micro_step_ = false;  // begin_micro_step(true) until the norm is taken
-    // each slot's collective under way, if any: a stage-3 gather, a reduction, a gather after the update
-    InFlight gather_[kSlots], reduce_[kSlots], updated_gather_[kSlots];
+    // each slot's collective under way, if any: a stage-3 gather, a reduction, its all-reduce
+    // across groups, a gather after the update
+    InFlight gather_[kSlots], reduce_[kSlots], across_[kSlots], updated_gather_[kSlots];
     int prefetch_misses_ = 0;
     size_t max_piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
 };
