@@ -269,6 +269,7 @@ struct TrainConfig {
     int zero_stage = 0;
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
     std::string shard_group = "all";  // ranks per shard group (hybrid sharding, zero/zero.h): all, node or N
+    std::string quantize_weights = "none";  // int8: stage 3's gathers as int8 blocks (zero/zero.h)
     int recompute = 1;
     int master_weights = 1;
     int tf32 = 1;
@@ -331,6 +332,7 @@ static const Flag kFlags[] = {
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
     {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
     {"", "--shard-group", 's', FIELD(shard_group), 0, 0, "stages 1-3 shard within groups of N consecutive ranks, one replica per group: N | node | all"},
+    {"", "--quantize-weights", 's', FIELD(quantize_weights), 0, 0, "none | int8: stage 3 gathers parameters as int8 blocks with a scale each"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
@@ -411,6 +413,7 @@ inline TrainConfig parse_args(int argc, char** argv) {
     if (!one_of(cfg.offload, {"none", "cpu"})) fatal(2, "--offload %s: expected none or cpu", cfg.offload.c_str());
     if (!one_of(cfg.shard_group, {"all", "node"}) && parse_count(cfg.shard_group, 1 << 20) == 0)
         fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
+    if (!one_of(cfg.quantize_weights, {"none", "int8"})) fatal(2, "--quantize-weights %s: expected none or int8", cfg.quantize_weights.c_str());
     if (cfg.init_method != "mpi")
         fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
     return cfg;
@@ -586,8 +589,11 @@ inline int shard_group_ranks(const TrainConfig& cfg, int world, int node_ranks) 
     return cfg.shard_group == "node" ? node_ranks : (int)parse_count(cfg.shard_group, 1 << 20);
 }
 
-// What the sharding flags ask that this run cannot do, in one line ("" when nothing)
-inline std::string sharding_flags_error(const TrainConfig& cfg, int world, int node_ranks) {
+// What the flags of zero/'s collectives (--shard-group, --quantize-*) ask that this run cannot
+// do, in one line ("" when nothing)
+inline std::string zero_flags_error(const TrainConfig& cfg, int world, int node_ranks) {
+    if (cfg.quantize_weights != "none" && cfg.zero_stage != 3)
+        return "--quantize-weights " + cfg.quantize_weights + ": only stage 3 gathers parameters (-z 3); this run is -z " + std::to_string(cfg.zero_stage);
     const int N = shard_group_ranks(cfg, world, node_ranks);
     if (N == 0) return "--shard-group node: the nodes hold different numbers of ranks, or ranks that are not consecutive; give the group size instead";
     if (world % N != 0)
@@ -670,14 +676,15 @@ struct Run {
         check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
         // the ranks agree on the flags: what they ask is said once, if it cannot be done
         const int node_ranks = cfg.shard_group == "node" ? comm.ranks_per_node() : 0;
-        const std::string sharding_error = sharding_flags_error(cfg, world, node_ranks);
-        if (!sharding_error.empty()) usage_error_everywhere(comm, sharding_error);
+        const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
+        if (!flags_error.empty()) usage_error_everywhere(comm, flags_error);
         shard_group = shard_group_ranks(cfg, world, node_ranks);
 
         check_offload(mc);  // before the model's parameters take their memory
         init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm,
-                                               ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu", shard_group});
+                                               ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu", shard_group,
+                                                           cfg.quantize_weights == "int8"});
         zero->load(init.data());
         init = std::vector<float>();
         model = std::make_unique<GPT2<Backend>>(mc, B, T, cfg.recompute, *zero);
@@ -739,6 +746,8 @@ private:
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
             note_inapplicable_flags<Backend>(cfg);
+            if (cfg.quantize_weights != "none" && shard_group == 1)
+                printf("note: --quantize-weights: a shard group of one rank gathers nothing, so nothing is quantized\n");
         }
         if (!cfg.quiet) {
             const ZeroMemory& m = zero->memory();

@@ -49,6 +49,10 @@ grep -q "^backend cpu, 2 rank(s), ZeRO stage 3 in 2 groups of 1 rank(s), one rep
     [ "$(grep -c "^rank [01] bytes moved per step: inside its group of 1: .* || across the 2 groups: all-reduce [1-9][0-9]* |" "$out")" -eq 2 ] ||
     fail "--shard-group 1 on 2 ranks: setup line and bytes inside and across groups"
 
+# --quantize-weights below stage 3: one line and exit 2
+./train_gpt "${tiny[@]}" --device cpu -x 1 -z 2 --quantize-weights int8 >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --quantize-weights int8: only stage 3 gathers parameters (-z 3); this run is -z 2$" "$out" || fail "--quantize-weights at stage 2: exit 2, one line"
+
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
 ./train_gpt -b 0 >"$out" 2>&1; [ $? -eq 2 ] || fail "-b 0 did not exit 2"

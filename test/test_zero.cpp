@@ -9,6 +9,10 @@
 //   - bytes held per category and bytes moved per collective: exactly the formulas below
 //   - stage 3: no prefetch miss (every group after the embedding was gathered ahead of use)
 // and, through a RecordingComm, that the collectives start when the design says (Schedule).
+// Hybrid sharding (--shard-group): the same against single-rank training with 2 groups of 2 ranks
+// on 4 (groups of 1 on 2 and 3), plus the bytes across groups and replicas equal bit for bit.
+// Quantized collectives: 200 steps within a band of the unquantized loss curve, every rank
+// computing with the same parameters, and each quantized collective's bytes (Quantized).
 // Built with nvcc (test/test_zero_cuda, see kernels/cuda.mk) the same checks run on the CUDA
 // backend, the ranks sharing one GPU through the MPI communicator; there the tolerance is 1e-4
 // in the fp32 build and 2e-2 in the bf16 one. Bit-exact wherever it is exact on both: the
@@ -710,6 +714,154 @@ TEST_P(OffloadStage, ResumesAcrossOffload) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, OffloadStage, ::testing::Values(0, 1, 2, 3));
+
+// ----------------------------------------------------------------------------
+// Quantized collectives (--quantize-weights, --quantize-grads)
+
+// A model whose every piece but the final layernorm's is large enough to be quantized
+// (kQuantMinValues) on up to 4 ranks: a layer's shard is 3176 values there, the embedding's
+// 2176; deep enough (L=3) that stage 3 gathers a layer again in backward
+const char* kQuantModelDesc = "L=3,NH=2,C=32,V=200,maxT=16";
+// The loss of a quantized run stays within kLossBand of the unquantized one at each of
+// kBandSteps steps (lr 3e-3, from 5.3 down to about 0.1)
+constexpr int kBandSteps = 200;
+constexpr double kLossBand = 0.02;
+
+struct QuantCase {
+    int stage;
+    bool weights, grads;
+};
+std::string quant_case_name(const testing::TestParamInfo<QuantCase>& info) {
+    const QuantCase& c = info.param;
+    return "stage" + std::to_string(c.stage) + (c.weights ? "_weights" : "") + (c.grads ? "_grads" : "");
+}
+
+TrainConfig quant_config(const QuantCase& c, int steps, int world) {
+    TrainConfig cfg = config(c.stage, kAccum, world);
+    cfg.init = kQuantModelDesc;
+    cfg.max_steps = steps;
+    cfg.lr = 3e-3f;
+    cfg.quantize_weights = c.weights ? "int8" : "none";
+    if (world == 4) cfg.shard_group = "2";  // quantized inside the group, and across groups
+    return cfg;
+}
+
+// whether every rank of the job holds the same values, bit for bit
+int ranks_differ(const std::vector<float>& mine) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    std::vector<float> all(mine.size() * world);
+    MPI_Allgather(mine.data(), (int)mine.size(), MPI_FLOAT, all.data(), (int)mine.size(), MPI_FLOAT, MPI_COMM_WORLD);
+    int differ = 0;
+    for (int r = 0; r < world; r++) differ += memcmp(all.data() + r * mine.size(), mine.data(), mine.size() * sizeof(float)) != 0;
+    return differ;
+}
+
+class Quantized : public ::testing::TestWithParam<QuantCase> {};
+
+// 200 steps quantized against the same run unquantized: the loss stays within kLossBand of the
+// unquantized one at every step, and after every step every rank computes with the same
+// parameters, bit for bit (the dequantized gathers with --quantize-weights)
+TEST_P(Quantized, StaysInBandOfUnquantizedLossCurve) {
+    const QuantCase c = GetParam();
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    if (comm.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
+    const std::vector<StepRecord> plain = train<TestBackend>(quant_config({c.stage, false, false}, kBandSteps, comm.world()), comm);
+    int drift = 0;
+    const std::vector<StepRecord> quantized = train<TestBackend>(quant_config(c, kBandSteps, comm.world()), comm,
+                                                                [&](int, Zero<TestBackend>& zero) { drift += ranks_differ(zero.params_in_use()); });
+    int outside = 0;
+    for (int s = 0; s < kBandSteps; s++) outside += !close(quantized[s].loss, plain[s].loss, 0.0, kLossBand);
+    EXPECT_EQ(failures_everywhere(outside), 0) << "the quantized loss leaves the band around the unquantized one";
+    EXPECT_EQ(failures_everywhere(drift), 0) << "ranks compute with different parameters";
+    EXPECT_LT(plain.back().loss, 0.5f) << "the unquantized run learned too little for the comparison to say much";
+}
+
+// bytes of one quantized row of tensor pieces of these lengths (kernels/quantize_blocks.h's
+// layout, written out again): a 4-byte scale per block of at most 256 values of one tensor, the
+// values as int8, padded to 4 bytes
+uint64_t quantized_row_bytes(const std::vector<size_t>& tensor_pieces) {
+    uint64_t blocks = 0, values = 0;
+    for (size_t len : tensor_pieces) blocks += (len + 255) / 256, values += len;
+    return 4 * blocks + (values + 3) / 4 * 4;
+}
+
+// Two steps recorded with and without quantization: the same collectives in the same order; each
+// one that moves int8 moves at most 0.3 of the bytes of the one it replaces (fp32 on the CPU
+// backend), exactly the bytes of the layout (a scale per block and the values), and those not
+// quantized are the pieces below kQuantMinValues or collectives the case does not quantize.
+// The bytes per step that train_gpt prints (Zero::traffic) are what the recorded collectives
+// sent, inside the shard group and across groups.
+TEST_P(Quantized, EachCollectiveMovesAtMostThreeTenthsOfTheBytes) {
+    const QuantCase c = GetParam();
+    MpiComm mpi = make_comm(MPI_COMM_WORLD);
+    if (mpi.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
+    const int W = mpi.world(), N = W == 4 ? 2 : W;  // quant_config's shard groups
+    GPT2Config mc;
+    config_from_descriptor(kQuantModelDesc, &mc);
+    const auto groups = param_groups(mc);
+    auto run = [&](bool quantized, ZeroTraffic* counted) {
+        RecordingComm comm(mpi);
+        train<TestBackend>(quant_config(quantized ? c : QuantCase{c.stage, false, false}, 2, W), comm, [&](int, Zero<TestBackend>& zero) {
+            const ZeroTraffic t = zero.traffic();
+            counted->inside.all_gather += t.inside.all_gather, counted->inside.reduce_scatter += t.inside.reduce_scatter;
+            counted->inside.all_reduce += t.inside.all_reduce, counted->across.all_reduce += t.across.all_reduce;
+        });
+        std::vector<RecordingComm::Entry> starts;
+        for (const RecordingComm::Entry& e : comm.log())
+            if (e.what == RecordingComm::What::Start) starts.push_back(e);
+        return starts;
+    };
+    ZeroTraffic plain_traffic, quantized_traffic;
+    const std::vector<RecordingComm::Entry> plain = run(false, &plain_traffic), quantized = run(true, &quantized_traffic);
+    ASSERT_EQ(failures_everywhere(plain.size() != quantized.size()), 0) << "the schedules differ";
+
+    const int group_link = N == W ? 0 : 1;
+    std::vector<size_t> next_lo(groups.size(), 0);  // where each group's next gathered piece starts
+    int bad = 0, quantized_count = 0, unquantized_large = 0;
+    double worst_ratio = 0.0;
+    ZeroTraffic sent;
+    for (size_t i = 0; i < plain.size(); i++) {
+        const RecordingComm::Entry &p = plain[i], &q = quantized[i];
+        const int g = q.group;
+        const bool inside = q.link == group_link, gather = q.op == RecordingComm::Op::AllGather;
+        // what zero/comm.h counts per rank: n of n*world elements gathered, 2n all-reduced
+        const uint64_t counted = q.op == RecordingComm::Op::AllReduce ? 2 * q.bytes() : (uint64_t)(inside ? N : W / N) * q.bytes();
+        if (gather) (inside ? sent.inside : sent.across).all_gather += counted;
+        else if (q.op == RecordingComm::Op::AllReduce) (inside ? sent.inside : sent.across).all_reduce += counted;
+        else (inside ? sent.inside : sent.across).reduce_scatter += counted;
+        // the tensor pieces of this piece of group g's shard (chunks of ceil(n / N) per tensor)
+        std::vector<size_t> pieces;
+        size_t lo = gather ? next_lo[g] : 0, at = 0, shard = 0;
+        for (const TensorSlice& t : groups[g]) shard += (t.n + N - 1) / N;
+        for (const TensorSlice& t : groups[g]) {
+            const size_t chunk = (t.n + N - 1) / N, a = std::max(lo, at), b = std::min(lo + p.n, at + chunk);
+            if (a < b) pieces.push_back(b - a);
+            at += chunk;
+        }
+        if (gather) next_lo[g] = (lo + p.n) % shard;
+        if (q.dtype == DType::I8) {
+            quantized_count++;
+            const double ratio = (double)q.bytes() / p.bytes();
+            worst_ratio = std::max(worst_ratio, ratio);
+            bad += ratio > 0.3 || q.bytes() != quantized_row_bytes(pieces);
+        } else {
+            bad += q.bytes() != p.bytes() || q.op != p.op;
+            const bool quantizable = gather ? c.weights : c.grads;
+            unquantized_large += quantizable && p.n >= kQuantMinValues;
+        }
+    }
+    if (mpi.rank() == 0) printf("%d collectives quantized, worst %.4f of the bytes\n", quantized_count, worst_ratio);
+    EXPECT_GT(quantized_count, 0);
+    EXPECT_EQ(failures_everywhere(bad), 0) << "a quantized collective moves more than 0.3 of the bytes, or not its layout's";
+    EXPECT_EQ(failures_everywhere(unquantized_large), 0) << "a collective the case quantizes went unquantized";
+    const auto& t = quantized_traffic;
+    EXPECT_EQ(failures_everywhere(t.inside.all_gather != sent.inside.all_gather || t.inside.reduce_scatter != sent.inside.reduce_scatter ||
+                                  t.inside.all_reduce != sent.inside.all_reduce || t.across.all_reduce != sent.across.all_reduce),
+              0)
+        << "the bytes per step differ from what the collectives sent";
+}
+INSTANTIATE_TEST_SUITE_P(Cases, Quantized, ::testing::Values(QuantCase{3, true, false}), quant_case_name);
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
 TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {

@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-enum class DType { F32, BF16 };
-inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+// I8: the bytes of quantized blocks (kernels/quantize_blocks.h), moved but never summed
+enum class DType { F32, BF16, I8 };
+inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::BF16 ? 2 : 1; }
 
 struct CommCounters {
     uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;

@@ -154,7 +154,7 @@ protected:
     }
 
 private:
-    static MPI_Datatype mpi_type(DType t) { return t == DType::F32 ? MPI_FLOAT : MPI_UINT16_T; }
+    static MPI_Datatype mpi_type(DType t) { return t == DType::F32 ? MPI_FLOAT : t == DType::BF16 ? MPI_UINT16_T : MPI_INT8_T; }
     MPI_Op op(DType t) const { return t == DType::F32 ? MPI_SUM : bf16_sum_op_; }
     static int count(size_t n, DType) {
         if (n > (size_t)0x7fffffff) {

@@ -124,7 +124,7 @@ protected:
     }
 
 private:
-    static ncclDataType_t nccl_type(DType t) { return t == DType::F32 ? ncclFloat : ncclBfloat16; }
+    static ncclDataType_t nccl_type(DType t) { return t == DType::F32 ? ncclFloat : t == DType::BF16 ? ncclBfloat16 : ncclInt8; }
     cudaEvent_t take_event() {
         if (free_events_.empty()) {
             cudaEvent_t e;

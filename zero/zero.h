@@ -41,6 +41,13 @@
 // so the traffic across groups is one all-reduce of the shard per step. Parameters are gathered
 // inside the group only. Every replica holds the same gradient shard and takes the same update.
 //
+// Quantized weights (ZeroOptions::quantize_weights, --quantize-weights int8; ZeRO++'s qwZ):
+// stage 3's gathers send each rank's piece as int8 blocks with one scale each
+// (kernels/quantize_blocks.h), and every rank computes with the dequantized gather, its own part
+// included, so all ranks use the same weights. The shard the optimizer updates (and its fp32
+// master) is never quantized, nor is what save() gathers for a checkpoint. A piece of fewer than
+// kQuantMinValues values travels as it is.
+//
 // Offload (ZeroOptions::offload_optimizer, at any stage): the optimizer state and its update
 // move to the host, zero/offload.h; the stage's parameters and gradients stay where they are.
 // A group's gradient leaves for the host as soon as it is final for the step (its last
@@ -57,6 +64,7 @@
 
 #include "../common/io.h"  // fatal
 #include "../kernels/allocations.h"
+#include "../kernels/quantize_blocks.h"
 #include "comm.h"
 #include "offload.h"
 #include "partition.h"
@@ -120,7 +128,15 @@ struct ZeroOptions {
     // ranks per shard group (--shard-group): stages 1-3 shard over groups of this many
     // consecutive ranks, each group a replica; 0: one group of all ranks
     int shard_group = 0;
+    // stage 3's gathers send int8 blocks (--quantize-weights int8)
+    bool quantize_weights = false;
 };
+
+// The smallest piece a quantized collective quantizes: with blocks of at most 256 values and at
+// most 12 tensors in a piece (Zero::kMaxGroupTensors), a piece of 512 or more values takes at
+// most 0.28 of its fp32 bytes, scales and padding included (0.56 of bf16); a smaller one (a final
+// layernorm's piece on many ranks) travels as it is, its scales costing more than they save.
+constexpr size_t kQuantMinValues = 2 * kQuantBlock;
 
 template <class Backend>
 class Zero {
@@ -146,7 +162,8 @@ public:
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
           plan_(groups, policy_.shards_optimizer ? comm_.world() : 1),
           rank_(policy_.shards_optimizer ? comm_.rank() : 0),
-          master_in_state_(Backend::has_master_weights && options.master_weights) {
+          master_in_state_(Backend::has_master_weights && options.master_weights),
+          quantize_weights_(options.quantize_weights && policy_.shards_params && comm_.world() > 1) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
         for (int g = 0; g < plan_.num_groups(); g++)
@@ -170,8 +187,17 @@ public:
             slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
             slot_piece[s] = std::max(slot_piece[s], std::min(max_piece_, plan_.group(g).shard_size));
         }
+        if (quantize_weights_) plan_quantization();
+        size_t slot_quantized_bytes[kSlots] = {};  // the largest quantized row of the slot's groups
+        for (int g = 0; g < (int)quant_rows_.size(); g++)
+            for (const QuantRows& rows : quant_rows_[g])
+                slot_quantized_bytes[slot_of(g)] = std::max(slot_quantized_bytes[slot_of(g)], rows.blocks > 0 ? rows.row_bytes() : 0);
         const bool communicates = policy_.shards_optimizer || comm.world() > 1;  // else nothing is ever summed
         for (int s = 0; s < kSlots && communicates; s++) {
+            if (slot_quantized_bytes[s] > 0) {
+                owned_.alloc(&quantized_mine_[s], slot_quantized_bytes[s], &memory_.comm);
+                owned_.alloc(&quantized_all_[s], (size_t)N * slot_quantized_bytes[s], &memory_.comm);
+            }
             owned_.alloc(&rank_major_[s], (size_t)N * slot_piece[s], &memory_.comm);
             if (!policy_.all_reduces()) owned_.alloc(&my_piece_[s], slot_piece[s], &memory_.comm);
             // stage 1 with replicas: a piece all-reduced across groups while the next one is reduce-scattered
@@ -232,15 +258,9 @@ public:
         }
         invalidate_slots();
     }
-    // this rank's view -> full fp32 parameters on the host; a collective at stage 3
-    void save(float* host) {
-        for (int g = 0; g < plan_.num_groups(); g++) {
-            Tensors p = params(g);
-            const auto& tensors = plan_.group(g).tensors;
-            for (size_t i = 0; i < tensors.size(); i++)
-                Backend::download_fp32(host + tensors[i].slice.offset, p[i], tensors[i].slice.n);
-        }
-    }
+    // this rank's view -> full fp32 parameters on the host (the shards as the optimizer holds
+    // them, never quantized); a collective at stage 3
+    void save(float* host) { download_params(host, false); }
 
     // Optimizer state in the flat, unsharded layout (so any stage and world size can take it
     // back): Adam's m and v, and the fp32 master weights where they are part of the state (else
@@ -297,30 +317,14 @@ public:
     // group's slot already holds them (or waits for the gather prefetch() started).
     Tensors params(int g) {
         comm_.note(Communicator::Event::ParamsWanted, g);
-        const auto& group = plan_.group(g);
-        if (!policy_.shards_params) return tensors_at(params_full_, group, full_offset);
-        int s = slot_of(g);
-        if (slot_group_[s] != g) {
-            // the last (or only) piece may have been started by prefetch()
-            for_each_piece(group, [&](size_t lo, size_t hi) {
-                if (gather_[s].group != g || gather_[s].lo != lo) {
-                    prefetch_misses_ += g != 0;  // (for the tests) the embedding comes first: nothing runs before it
-                    start_gather(g, lo, hi);
-                }
-                comm_.wait(gather_[s].ticket);
-                gather_[s].group = -1;
-                unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
-            });
-            slot_group_[s] = g;
-        }
-        return tensors_at(slot_[s], group, group_offset);
+        return params_gathered(g, quantize_weights_);
     }
     // Stage 3: start gathering group g (if it exists, is not already there and goes in one
     // piece) while the caller computes with another slot's group.
     void prefetch(int g) {
         if (!policy_.shards_params || g < 0 || g >= plan_.num_groups() || plan_.group(g).shard_size > max_piece_) return;
         int s = slot_of(g);
-        if (slot_group_[s] != g && gather_[s].group != g) start_gather(g, 0, plan_.group(g).shard_size);
+        if (slot_group_[s] != g && gather_[s].group != g) start_gather(g, 0, plan_.group(g).shard_size, quantize_weights_);
     }
 
     // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
@@ -421,6 +425,13 @@ public:
     // Stage 3: gathers params() had to start itself, for a group after the first of a micro-step
     // (each costs the overlap prefetch() is there for); 0 when the model prefetches correctly
     int prefetch_misses() const { return prefetch_misses_; }
+    // the parameters forward and backward compute with, as fp32 (with --quantize-weights the
+    // dequantized gathers); a collective at stage 3
+    std::vector<float> params_in_use() {
+        std::vector<float> out(plan_.total());
+        download_params(out.data(), quantize_weights_);
+        return out;
+    }
 
 private:
     static constexpr int kSlots = 4;
@@ -431,6 +442,7 @@ private:
         size_t lo = 0, hi = 0;
         Communicator::Ticket ticket = 0;
         bool last_of_step = false;
+        bool quantized = false;  // a gather of int8 blocks
     };
     // where a tensor sits: in the flat, full-size layout, or in a group's own buffer
     static size_t full_offset(const PartitionPlan::Tensor& t) { return t.slice.offset; }
@@ -447,14 +459,92 @@ private:
     void for_each_piece(const PartitionPlan::Group& g, F f) const {
         for (size_t lo = 0; lo < g.shard_size; lo += max_piece_) f(lo, std::min(g.shard_size, lo + max_piece_));
     }
-    // gathers the piece [lo, hi) of group g's shard into the slot's buffer
-    void start_gather(int g, size_t lo, size_t hi) {
+    // Group g's parameters in its slot, ready for the kernels: at stage 3 all-gathered (as int8
+    // blocks where `quantized` and the piece is large enough) unless the slot holds them already
+    // or a prefetch() is gathering them
+    Tensors params_gathered(int g, bool quantized) {
+        const auto& group = plan_.group(g);
+        if (!policy_.shards_params) return tensors_at(params_full_, group, full_offset);
+        int s = slot_of(g);
+        if (slot_group_[s] != g) {
+            // the last (or only) piece may have been started by prefetch()
+            for_each_piece(group, [&](size_t lo, size_t hi) {
+                if (gather_[s].group != g || gather_[s].lo != lo || gather_[s].quantized != (quantized && quantizes(g, lo))) {
+                    prefetch_misses_ += g != 0;  // (for the tests) the embedding comes first: nothing runs before it
+                    start_gather(g, lo, hi, quantized);
+                }
+                comm_.wait(gather_[s].ticket);
+                if (gather_[s].quantized) Backend::dequantize_int8(gathered_[s], quantized_all_[s], quant_rows(g, lo), comm_.world());
+                gather_[s].group = -1;
+                unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
+            });
+            slot_group_[s] = g;
+        }
+        return tensors_at(slot_[s], group, group_offset);
+    }
+    // gathers the piece [lo, hi) of group g's shard into the slot's buffer, as int8 blocks where
+    // `quantized` and the piece is large enough
+    void start_gather(int g, size_t lo, size_t hi, bool quantized) {
         const auto& group = plan_.group(g);
         int s = slot_of(g);
         if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
         comm_.note(Communicator::Event::NextCollectiveMoves, g);
-        gather_[s] = {g, lo, hi, comm_.all_gather_async(params_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
+        const floatX* mine = params_shard_ + group.shard_offset + lo;
+        if (quantized && quantizes(g, lo)) {
+            const QuantRows& rows = quant_rows(g, lo);
+            Backend::quantize_int8(quantized_mine_[s], mine, rows, 1);
+            gather_[s] = {g, lo, hi, comm_.all_gather_async(quantized_mine_[s], quantized_all_[s], rows.row_bytes(), DType::I8), false, true};
+        } else {
+            gather_[s] = {g, lo, hi, comm_.all_gather_async(mine, gathered_[s], hi - lo, dtype_)};
+        }
     }
+    // every group's parameters (quantized: as the model computes with them) -> fp32 on the
+    // host; the slots are gathered afresh before and after, so that quantized and exact
+    // parameters never stand in for each other
+    void download_params(float* host, bool quantized) {
+        invalidate_slots();
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            Tensors p = params_gathered(g, quantized);
+            const auto& tensors = plan_.group(g).tensors;
+            for (size_t i = 0; i < tensors.size(); i++)
+                Backend::download_fp32(host + tensors[i].slice.offset, p[i], tensors[i].slice.n);
+        }
+        invalidate_slots();
+    }
+
+    // Quantized collectives: the blocks of every piece of every group that is quantized, in
+    // host and backend memory, and each piece's rows (blocks == 0: a piece that travels as it is)
+    void plan_quantization() {
+        std::vector<std::pair<size_t, size_t>> first_and_count;  // of each piece's blocks in quant_blocks_
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            const auto& group = plan_.group(g);
+            quant_rows_.emplace_back();
+            for_each_piece(group, [&](size_t lo, size_t hi) {
+                std::vector<size_t> tensor_pieces;
+                for_each_in_piece(group, lo, hi, [&](const PartitionPlan::Tensor&, size_t, size_t, size_t len) { tensor_pieces.push_back(len); });
+                const std::vector<QuantBlock> blocks = hi - lo >= kQuantMinValues ? quant_blocks(tensor_pieces) : std::vector<QuantBlock>();
+                first_and_count.push_back({quant_blocks_.size(), blocks.size()});
+                quant_blocks_.insert(quant_blocks_.end(), blocks.begin(), blocks.end());
+                QuantRows rows;
+                rows.blocks = (int)blocks.size();
+                rows.values = hi - lo;
+                quant_rows_.back().push_back(rows);
+            });
+        }
+        QuantBlock* device = nullptr;
+        owned_.alloc(&device, quant_blocks_.size(), &memory_.comm);
+        Backend::from_host(device, quant_blocks_.data(), quant_blocks_.size() * sizeof(QuantBlock));
+        size_t piece = 0;
+        for (auto& rows_of_group : quant_rows_)
+            for (QuantRows& rows : rows_of_group) {
+                rows.host = quant_blocks_.data() + first_and_count[piece].first;
+                rows.device = device + first_and_count[piece].first;
+                piece++;
+            }
+    }
+    // the rows of group g's piece starting at lo, and whether it travels quantized
+    const QuantRows& quant_rows(int g, size_t lo) const { return quant_rows_[g][lo / max_piece_]; }
+    bool quantizes(int g, size_t lo) const { return !quant_rows_.empty() && quant_rows(g, lo).blocks > 0; }
     // Starts summing group g's gradients over ranks, piece by piece through its slot's
     // buffers: all-reduced in the full gradient, reduce-scattered from it, or reduce-scattered
     // from the micro-step's bucket, as the policy says. The last piece finishes while the caller
@@ -672,6 +762,7 @@ private:
     PartitionPlan plan_;
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
     bool master_in_state_;
+    bool quantize_weights_;  // stage 3's gathers go as int8 blocks
     ZeroMemory memory_;
     Allocations<Backend> owned_;
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;    // unsharded, in the flat layout
@@ -691,6 +782,11 @@ private:
     floatX* bucket_[kSlots] = {};
     floatX* slot_[kSlots] = {};
     floatX* gathered_[kSlots] = {};
+    // quantized collectives, per slot: this rank's quantized row, and every rank's
+    uint8_t* quantized_mine_[kSlots] = {};
+    uint8_t* quantized_all_[kSlots] = {};
+    std::vector<QuantBlock> quant_blocks_;           // every quantized piece's blocks, in host memory
+    std::vector<std::vector<QuantRows>> quant_rows_;  // [group][piece]; empty: nothing quantized
     // which group each slot's parts hold or are receiving (-1: none)
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
