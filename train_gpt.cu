@@ -270,6 +270,7 @@ struct TrainConfig {
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
     std::string shard_group = "all";  // ranks per shard group (hybrid sharding, zero/zero.h): all, node or N
     std::string quantize_weights = "none";  // int8: stage 3's gathers as int8 blocks (zero/zero.h)
+    std::string quantize_grads = "none";    // int8: reductions at stages 1-3 as int8 blocks (zero/zero.h)
     int recompute = 1;
     int master_weights = 1;
     int tf32 = 1;
@@ -333,6 +334,7 @@ static const Flag kFlags[] = {
     {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
     {"", "--shard-group", 's', FIELD(shard_group), 0, 0, "stages 1-3 shard within groups of N consecutive ranks, one replica per group: N | node | all"},
     {"", "--quantize-weights", 's', FIELD(quantize_weights), 0, 0, "none | int8: stage 3 gathers parameters as int8 blocks with a scale each"},
+    {"", "--quantize-grads", 's', FIELD(quantize_grads), 0, 0, "none | int8: stages 1-3 reduce gradients as int8 blocks (an all-to-all), summed in fp32"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
@@ -414,6 +416,7 @@ inline TrainConfig parse_args(int argc, char** argv) {
     if (!one_of(cfg.shard_group, {"all", "node"}) && parse_count(cfg.shard_group, 1 << 20) == 0)
         fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
     if (!one_of(cfg.quantize_weights, {"none", "int8"})) fatal(2, "--quantize-weights %s: expected none or int8", cfg.quantize_weights.c_str());
+    if (!one_of(cfg.quantize_grads, {"none", "int8"})) fatal(2, "--quantize-grads %s: expected none or int8", cfg.quantize_grads.c_str());
     if (cfg.init_method != "mpi")
         fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
     return cfg;
@@ -594,6 +597,8 @@ inline int shard_group_ranks(const TrainConfig& cfg, int world, int node_ranks) 
 inline std::string zero_flags_error(const TrainConfig& cfg, int world, int node_ranks) {
     if (cfg.quantize_weights != "none" && cfg.zero_stage != 3)
         return "--quantize-weights " + cfg.quantize_weights + ": only stage 3 gathers parameters (-z 3); this run is -z " + std::to_string(cfg.zero_stage);
+    if (cfg.quantize_grads != "none" && cfg.zero_stage == 0)
+        return "--quantize-grads " + cfg.quantize_grads + ": stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3";
     const int N = shard_group_ranks(cfg, world, node_ranks);
     if (N == 0) return "--shard-group node: the nodes hold different numbers of ranks, or ranks that are not consecutive; give the group size instead";
     if (world % N != 0)
@@ -684,7 +689,7 @@ struct Run {
         init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm,
                                                ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu", shard_group,
-                                                           cfg.quantize_weights == "int8"});
+                                                           cfg.quantize_weights == "int8", cfg.quantize_grads == "int8"});
         zero->load(init.data());
         init = std::vector<float>();
         model = std::make_unique<GPT2<Backend>>(mc, B, T, cfg.recompute, *zero);
@@ -748,6 +753,8 @@ private:
             note_inapplicable_flags<Backend>(cfg);
             if (cfg.quantize_weights != "none" && shard_group == 1)
                 printf("note: --quantize-weights: a shard group of one rank gathers nothing, so nothing is quantized\n");
+            if (cfg.quantize_grads != "none" && world == 1)
+                printf("note: --quantize-grads: one rank reduces nothing, so nothing is quantized\n");
         }
         if (!cfg.quiet) {
             const ZeroMemory& m = zero->memory();
@@ -855,8 +862,8 @@ void report_step(const Run<Backend>& run, int step, const StepRecord& r, double 
 // bytes per collective, for the step line's companion
 inline std::string bytes_said(const CommCounters& c) {
     char line[160];
-    snprintf(line, sizeof(line), "all-reduce %llu | reduce-scatter %llu | all-gather %llu", (unsigned long long)c.all_reduce,
-             (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+    snprintf(line, sizeof(line), "all-reduce %llu | reduce-scatter %llu | all-gather %llu | all-to-all %llu", (unsigned long long)c.all_reduce,
+             (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather, (unsigned long long)c.all_to_all);
     return line;
 }
 

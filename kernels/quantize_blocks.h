@@ -15,7 +15,9 @@
 // warp's work (32 lanes x 8 values, one shuffle reduction for its maximum).
 //
 // A quantized row: the scales (fp32, one per block, in order), then the int8 values in the
-// row's order, padded to 4 bytes, so that rows laid end to end keep their scales aligned.
+// row's order, padded to 4 bytes, so that rows laid end to end keep their scales aligned. Rows
+// lie row_stride() bytes apart: end to end, or further where rows of several layouts share
+// one buffer (zero/'s all-to-all across shard groups).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,8 +36,10 @@ struct QuantRows {
     const QuantBlock* device = nullptr;
     int blocks = 0;
     size_t values = 0;  // per row: the blocks cover [0, values) in order
+    size_t stride = 0;  // bytes from one quantized row to the next; 0: row_bytes()
     size_t scales_bytes() const { return (size_t)blocks * sizeof(float); }
     size_t row_bytes() const { return scales_bytes() + (values + 3) / 4 * 4; }
+    size_t row_stride() const { return stride > 0 ? stride : row_bytes(); }
 };
 
 // the blocks of a row made of tensor pieces of these lengths, one after another

@@ -14,7 +14,7 @@
 class RecordingComm : public Communicator {
 public:
     enum class What { Start, Wait, ParamsWanted, GradsDone, GradsToHost };
-    enum class Op { AllReduce, ReduceScatter, AllGather };
+    enum class Op { AllReduce, ReduceScatter, AllGather, AllToAll };
     struct Entry {
         What what;
         int group;          // the group an event is about, or the one a start serves (-1: not said)
@@ -26,7 +26,7 @@ public:
         DType dtype = DType::F32;  // Start: of its elements
         int link = 0;              // the communicator: 0 the one made by the test, 1, 2... its splits in order
         size_t bytes() const { return n * dtype_size(dtype); }  // Start: elements per rank, in bytes
-        bool reduces() const { return what == What::Start && op != Op::AllGather; }
+        bool reduces() const { return what == What::Start && op != Op::AllGather; }  // a quantized reduce-scatter is an all-to-all
         bool gathers() const { return what == What::Start && op == Op::AllGather; }
     };
 
@@ -102,6 +102,10 @@ protected:
     Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
         return record(Op::AllGather, n, t, send, bytes, recv, world_ * bytes, inner_.all_gather_async(send, recv, n, t));
+    }
+    Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = world_ * n * dtype_size(t);
+        return record(Op::AllToAll, n, t, send, bytes, recv, bytes, inner_.all_to_all_async(send, recv, n, t));
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override { inner_.broadcast_host(buf, bytes, root); }
 

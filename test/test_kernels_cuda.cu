@@ -872,23 +872,28 @@ TEST_F(Cuda, QuantizeInt8MatchesCpu) {
     x[layout.values + 700] = NAN;
     for (float& v : x) v = round_x(v);
 
-    std::vector<uint8_t> want_q(rows * layout.row_bytes()), got_q(want_q.size());
-    std::vector<float> want_back(x.size()), want_sum(layout.values);
-    CpuBackend::quantize_int8(want_q.data(), x.data(), layout, rows);
-    CpuBackend::dequantize_int8(want_back.data(), want_q.data(), layout, rows);
-    CpuBackend::dequantize_sum_int8(want_sum.data(), want_q.data(), layout, rows);
-    for (float& v : want_back) v = round_x(v);
-    for (float& v : want_sum) v = round_x(v);
+    // rows end to end, and rows further apart (zero/'s all-to-all across shard groups), the gaps zero
+    for (const size_t stride : {(size_t)0, layout.row_bytes() + 20}) {
+        layout.stride = stride;
+        std::vector<uint8_t> want_q(rows * layout.row_stride()), got_q(want_q.size());
+        std::vector<float> want_back(x.size()), want_sum(layout.values);
+        CpuBackend::quantize_int8(want_q.data(), x.data(), layout, rows);
+        CpuBackend::dequantize_int8(want_back.data(), want_q.data(), layout, rows);
+        CpuBackend::dequantize_sum_int8(want_sum.data(), want_q.data(), layout, rows);
+        for (float& v : want_back) v = round_x(v);
+        for (float& v : want_sum) v = round_x(v);
 
-    Dev<X> d_x = up(x), d_back(x.size()), d_sum(layout.values);
-    Dev<uint8_t> d_q(want_q.size());
-    G::quantize_int8(d_q.p, d_x.p, layout, rows);
-    G::to_host(got_q.data(), d_q.p, got_q.size());
-    EXPECT_EQ(got_q, want_q) << "quantized bytes differ";
-    G::dequantize_int8(d_back.p, d_q.p, layout, rows);
-    G::dequantize_sum_int8(d_sum.p, d_q.p, layout, rows);
-    EXPECT_EQ(count_unequal(down(d_back), want_back), 0u) << "dequantized values differ";
-    EXPECT_EQ(count_unequal(down(d_sum), want_sum), 0u) << "dequantized sums differ";
+        Dev<X> d_x = up(x), d_back(x.size()), d_sum(layout.values);
+        Dev<uint8_t> d_q(want_q.size());
+        G::zero(d_q.p, want_q.size());
+        G::quantize_int8(d_q.p, d_x.p, layout, rows);
+        G::to_host(got_q.data(), d_q.p, got_q.size());
+        EXPECT_EQ(got_q, want_q) << "quantized bytes differ, row stride " << layout.row_stride();
+        G::dequantize_int8(d_back.p, d_q.p, layout, rows);
+        G::dequantize_sum_int8(d_sum.p, d_q.p, layout, rows);
+        EXPECT_EQ(count_unequal(down(d_back), want_back), 0u) << "dequantized values differ, row stride " << layout.row_stride();
+        EXPECT_EQ(count_unequal(down(d_sum), want_sum), 0u) << "dequantized sums differ, row stride " << layout.row_stride();
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 // (device memory) sit behind it. The collectives are asynchronous (a ticket to wait for), so
 // ZeRO can move one layer while the next is computed. Every collective is a sum where it reduces,
 // and counts the bytes it moves per rank the way the ZeRO paper does: an all-reduce of n
-// elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter or all-gather
-// over n elements in total moves n.
+// elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter, all-gather or
+// all-to-all over n elements in total moves n.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -18,7 +18,7 @@ enum class DType { F32, BF16, I8 };
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::BF16 ? 2 : 1; }
 
 struct CommCounters {
-    uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
+    uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, all_to_all = 0, broadcast = 0;
 };
 
 class Communicator {
@@ -47,6 +47,12 @@ public:
     Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) {
         counters_.all_gather += (size_t)world_ * n * dtype_size(t);
         return start_all_gather(send, recv, n, t);
+    }
+    // send holds world*n elements, rank-major: block r goes to rank r, and recv's block r (of
+    // world*n) comes from rank r
+    Ticket all_to_all_async(const void* send, void* recv, size_t n, DType t) {
+        counters_.all_to_all += (size_t)world_ * n * dtype_size(t);
+        return start_all_to_all(send, recv, n, t);
     }
     virtual void wait(Ticket) {}
     // host memory, from root to all
@@ -82,6 +88,7 @@ protected:
     virtual Ticket start_all_reduce(void* buf, size_t n, DType t) = 0;
     virtual Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
     virtual Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
+    virtual Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) = 0;
     virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;
     int rank_ = 0, world_ = 1;
     CommCounters counters_;

@@ -149,6 +149,18 @@ protected:
         stage_out(recv, hr, world_ * bytes);
         return 0;
     }
+    Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        if (!staged()) {
+            MPI_Request r;
+            MPI_Ialltoall(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
+            return remember(r);
+        }
+        size_t bytes = world_ * n * dtype_size(t);
+        void* hr = stage_buffer(1, bytes);
+        MPI_Alltoall(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
+        stage_out(recv, hr, bytes);
+        return 0;
+    }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         MPI_Bcast(buf, count(bytes, DType::F32), MPI_BYTE, root, comm_);
     }

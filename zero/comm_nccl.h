@@ -115,6 +115,18 @@ protected:
         NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(t), nccl_, comm_stream_));
         return mark_done();
     }
+    // NCCL has no all-to-all of its own: a send and a receive per rank, in one group
+    Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        after_queued_work();
+        const size_t bytes = n * dtype_size(t);
+        NCCL_CHECK(ncclGroupStart());
+        for (int r = 0; r < world_; r++) {
+            NCCL_CHECK(ncclSend((const char*)send + r * bytes, n, nccl_type(t), r, nccl_, comm_stream_));
+            NCCL_CHECK(ncclRecv((char*)recv + r * bytes, n, nccl_type(t), r, nccl_, comm_stream_));
+        }
+        NCCL_CHECK(ncclGroupEnd());
+        return mark_done();
+    }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         if (bytes > (size_t)0x7fffffff) {
             fprintf(stderr, "error: host broadcast of %zu bytes exceeds MPI's int count\n", bytes);

@@ -48,6 +48,15 @@
 // master) is never quantized, nor is what save() gathers for a checkpoint. A piece of fewer than
 // kQuantMinValues values travels as it is.
 //
+// Quantized gradients (ZeroOptions::quantize_grads, --quantize-grads int8; ZeRO++'s qgZ, stages
+// 1-3): a reduction's reduce-scatter becomes an all-to-all of int8 blocks (each rank's row of the
+// rank-major buffer quantized), which the receiver dequantizes and sums in fp32. With replicas
+// the piece so summed inside the group is then all-reduced across groups quantized too: cut into
+// a part per replica, quantized and all-to-all'ed (each replica sums its part in fp32), the sums
+// quantized again and all-gathered, every replica taking the dequantized parts, its own
+// included, so that the replicas stay equal. A part of fewer than kQuantMinValues values (a
+// piece under R times that) goes as an all-reduce of the piece, unquantized.
+//
 // Offload (ZeroOptions::offload_optimizer, at any stage): the optimizer state and its update
 // move to the host, zero/offload.h; the stage's parameters and gradients stay where they are.
 // A group's gradient leaves for the host as soon as it is final for the step (its last
@@ -130,6 +139,8 @@ struct ZeroOptions {
     int shard_group = 0;
     // stage 3's gathers send int8 blocks (--quantize-weights int8)
     bool quantize_weights = false;
+    // reductions at stages 1-3 send int8 blocks (--quantize-grads int8)
+    bool quantize_grads = false;
 };
 
 // The smallest piece a quantized collective quantizes: with blocks of at most 256 values and at
@@ -163,7 +174,8 @@ public:
           plan_(groups, policy_.shards_optimizer ? comm_.world() : 1),
           rank_(policy_.shards_optimizer ? comm_.rank() : 0),
           master_in_state_(Backend::has_master_weights && options.master_weights),
-          quantize_weights_(options.quantize_weights && policy_.shards_params && comm_.world() > 1) {
+          quantize_weights_(options.quantize_weights && policy_.shards_params && comm_.world() > 1),
+          quantize_grads_(options.quantize_grads && policy_.shards_optimizer && (comm_.world() > 1 || replicas_ != nullptr)) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
         for (int g = 0; g < plan_.num_groups(); g++)
@@ -187,16 +199,29 @@ public:
             slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
             slot_piece[s] = std::max(slot_piece[s], std::min(max_piece_, plan_.group(g).shard_size));
         }
-        if (quantize_weights_) plan_quantization();
-        size_t slot_quantized_bytes[kSlots] = {};  // the largest quantized row of the slot's groups
-        for (int g = 0; g < (int)quant_rows_.size(); g++)
-            for (const QuantRows& rows : quant_rows_[g])
-                slot_quantized_bytes[slot_of(g)] = std::max(slot_quantized_bytes[slot_of(g)], rows.blocks > 0 ? rows.row_bytes() : 0);
+        if (quantize_weights_ || quantize_grads_) plan_quantization();
+        // per slot, the largest quantized row of its groups' pieces, and of their parts across groups
+        size_t slot_row[kSlots] = {}, slot_part[kSlots] = {};
+        for (int g = 0; g < (int)quant_.size(); g++)
+            for (const PieceQuant& q : quant_[g]) {
+                const int s = slot_of(g);
+                if (q.whole.blocks > 0) slot_row[s] = std::max(slot_row[s], q.whole.row_bytes());
+                if (!q.parts.empty()) slot_part[s] = std::max(slot_part[s], q.parts[0].row_stride());
+            }
+        const int R = replica_count();
         const bool communicates = policy_.shards_optimizer || comm.world() > 1;  // else nothing is ever summed
         for (int s = 0; s < kSlots && communicates; s++) {
-            if (slot_quantized_bytes[s] > 0) {
-                owned_.alloc(&quantized_mine_[s], slot_quantized_bytes[s], &memory_.comm);
-                owned_.alloc(&quantized_all_[s], (size_t)N * slot_quantized_bytes[s], &memory_.comm);
+            if (quantize_weights_ && slot_row[s] > 0) {
+                owned_.alloc(&q_gather_mine_[s], slot_row[s], &memory_.comm);
+                owned_.alloc(&q_gather_all_[s], (size_t)N * slot_row[s], &memory_.comm);
+            }
+            if (quantize_grads_ && N > 1 && slot_row[s] > 0) {
+                owned_.alloc(&q_reduce_send_[s], (size_t)N * slot_row[s], &memory_.comm);
+                owned_.alloc(&q_reduce_recv_[s], (size_t)N * slot_row[s], &memory_.comm);
+            }
+            if (slot_part[s] > 0) {
+                owned_.alloc(&q_across_send_[s], (size_t)R * slot_part[s], &memory_.comm);
+                owned_.alloc(&q_across_recv_[s], (size_t)R * slot_part[s], &memory_.comm);
             }
             owned_.alloc(&rank_major_[s], (size_t)N * slot_piece[s], &memory_.comm);
             if (!policy_.all_reduces()) owned_.alloc(&my_piece_[s], slot_piece[s], &memory_.comm);
@@ -442,7 +467,16 @@ private:
         size_t lo = 0, hi = 0;
         Communicator::Ticket ticket = 0;
         bool last_of_step = false;
-        bool quantized = false;  // a gather of int8 blocks
+        bool quantized = false;  // of int8 blocks
+        bool gathering = false;  // a quantized all-reduce across groups in its second half, the all-gather
+    };
+    // How a piece of a group's shard travels quantized: a rank's row of it in the group's
+    // collectives (whole; blocks == 0: unquantized), and with replicas and quantized gradients
+    // part j of part_values values for replica j (none: an unquantized all-reduce across groups)
+    struct PieceQuant {
+        QuantRows whole;
+        std::vector<QuantRows> parts;
+        size_t part_values = 0;
     };
     // where a tensor sits: in the flat, full-size layout, or in a group's own buffer
     static size_t full_offset(const PartitionPlan::Tensor& t) { return t.slice.offset; }
@@ -469,12 +503,12 @@ private:
         if (slot_group_[s] != g) {
             // the last (or only) piece may have been started by prefetch()
             for_each_piece(group, [&](size_t lo, size_t hi) {
-                if (gather_[s].group != g || gather_[s].lo != lo || gather_[s].quantized != (quantized && quantizes(g, lo))) {
+                if (gather_[s].group != g || gather_[s].lo != lo || gather_[s].quantized != (quantized && quantized_piece(g, lo))) {
                     prefetch_misses_ += g != 0;  // (for the tests) the embedding comes first: nothing runs before it
                     start_gather(g, lo, hi, quantized);
                 }
                 comm_.wait(gather_[s].ticket);
-                if (gather_[s].quantized) Backend::dequantize_int8(gathered_[s], quantized_all_[s], quant_rows(g, lo), comm_.world());
+                if (gather_[s].quantized) Backend::dequantize_int8(gathered_[s], q_gather_all_[s], quant(g, lo).whole, comm_.world());
                 gather_[s].group = -1;
                 unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
             });
@@ -490,10 +524,10 @@ private:
         if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
         comm_.note(Communicator::Event::NextCollectiveMoves, g);
         const floatX* mine = params_shard_ + group.shard_offset + lo;
-        if (quantized && quantizes(g, lo)) {
-            const QuantRows& rows = quant_rows(g, lo);
-            Backend::quantize_int8(quantized_mine_[s], mine, rows, 1);
-            gather_[s] = {g, lo, hi, comm_.all_gather_async(quantized_mine_[s], quantized_all_[s], rows.row_bytes(), DType::I8), false, true};
+        if (quantized && quantized_piece(g, lo)) {
+            const QuantRows& rows = quant(g, lo).whole;
+            Backend::quantize_int8(q_gather_mine_[s], mine, rows, 1);
+            gather_[s] = {g, lo, hi, comm_.all_gather_async(q_gather_mine_[s], q_gather_all_[s], rows.row_bytes(), DType::I8), false, true};
         } else {
             gather_[s] = {g, lo, hi, comm_.all_gather_async(mine, gathered_[s], hi - lo, dtype_)};
         }
@@ -512,39 +546,66 @@ private:
         invalidate_slots();
     }
 
-    // Quantized collectives: the blocks of every piece of every group that is quantized, in
-    // host and backend memory, and each piece's rows (blocks == 0: a piece that travels as it is)
+    // Quantized collectives: each piece's rows (kernels/quantize_blocks.h), whole and in parts
+    // across groups, their blocks in host and backend memory
     void plan_quantization() {
-        std::vector<std::pair<size_t, size_t>> first_and_count;  // of each piece's blocks in quant_blocks_
+        const int R = replica_count();
+        std::vector<std::vector<QuantBlock>> blocks;  // of every QuantRows below, in for_each_quant_rows' order
         for (int g = 0; g < plan_.num_groups(); g++) {
-            const auto& group = plan_.group(g);
-            quant_rows_.emplace_back();
-            for_each_piece(group, [&](size_t lo, size_t hi) {
-                std::vector<size_t> tensor_pieces;
-                for_each_in_piece(group, lo, hi, [&](const PartitionPlan::Tensor&, size_t, size_t, size_t len) { tensor_pieces.push_back(len); });
-                const std::vector<QuantBlock> blocks = hi - lo >= kQuantMinValues ? quant_blocks(tensor_pieces) : std::vector<QuantBlock>();
-                first_and_count.push_back({quant_blocks_.size(), blocks.size()});
-                quant_blocks_.insert(quant_blocks_.end(), blocks.begin(), blocks.end());
-                QuantRows rows;
-                rows.blocks = (int)blocks.size();
-                rows.values = hi - lo;
-                quant_rows_.back().push_back(rows);
+            quant_.emplace_back();
+            for_each_piece(plan_.group(g), [&](size_t lo, size_t hi) {
+                PieceQuant q;
+                if (hi - lo >= kQuantMinValues) q.whole = quant_rows_of(g, lo, hi, &blocks);
+                q.part_values = (hi - lo + R - 1) / R;
+                if (quantize_grads_ && replicas_ && q.part_values >= kQuantMinValues) {
+                    size_t stride = 0;
+                    for (int j = 0; j < R; j++) {
+                        const size_t a = std::min(hi, lo + j * q.part_values), b = std::min(hi, a + q.part_values);
+                        q.parts.push_back(quant_rows_of(g, a, b, &blocks));
+                        stride = std::max(stride, q.parts.back().row_bytes());
+                    }
+                    for (QuantRows& part : q.parts) part.stride = stride;  // one message size for the all-to-all
+                }
+                quant_.back().push_back(q);
             });
         }
+        size_t count = 0;
+        for (const auto& b : blocks) count += b.size();
         QuantBlock* device = nullptr;
-        owned_.alloc(&device, quant_blocks_.size(), &memory_.comm);
-        Backend::from_host(device, quant_blocks_.data(), quant_blocks_.size() * sizeof(QuantBlock));
-        size_t piece = 0;
-        for (auto& rows_of_group : quant_rows_)
-            for (QuantRows& rows : rows_of_group) {
-                rows.host = quant_blocks_.data() + first_and_count[piece].first;
-                rows.device = device + first_and_count[piece].first;
-                piece++;
+        owned_.alloc(&device, count, &memory_.comm);
+        quant_blocks_.reserve(count);
+        size_t next = 0;
+        for_each_quant_rows([&](QuantRows& rows) {
+            rows.host = quant_blocks_.data() + quant_blocks_.size();
+            rows.device = device + quant_blocks_.size();
+            quant_blocks_.insert(quant_blocks_.end(), blocks[next].begin(), blocks[next].end());
+            next++;
+        });
+        Backend::from_host(device, quant_blocks_.data(), count * sizeof(QuantBlock));
+    }
+    // the rows of the values [a, b) of group g's shard: blocks of its tensor pieces (appended to
+    // *blocks; the rows' pointers are set once all are known)
+    QuantRows quant_rows_of(int g, size_t a, size_t b, std::vector<std::vector<QuantBlock>>* blocks) {
+        std::vector<size_t> tensor_pieces;
+        for_each_in_piece(plan_.group(g), a, b, [&](const PartitionPlan::Tensor&, size_t, size_t, size_t len) { tensor_pieces.push_back(len); });
+        blocks->push_back(quant_blocks(tensor_pieces));
+        QuantRows rows;
+        rows.blocks = (int)blocks->back().size();
+        rows.values = b - a;
+        return rows;
+    }
+    // f(rows) for every piece's rows that have blocks: whole, then its parts, piece after piece
+    template <class F>
+    void for_each_quant_rows(F f) {
+        for (auto& pieces : quant_)
+            for (PieceQuant& q : pieces) {
+                if (q.whole.values > 0) f(q.whole);  // made by quant_rows_of
+                for (QuantRows& part : q.parts) f(part);
             }
     }
-    // the rows of group g's piece starting at lo, and whether it travels quantized
-    const QuantRows& quant_rows(int g, size_t lo) const { return quant_rows_[g][lo / max_piece_]; }
-    bool quantizes(int g, size_t lo) const { return !quant_rows_.empty() && quant_rows(g, lo).blocks > 0; }
+    // how group g's piece starting at lo travels quantized, and whether it does (whole)
+    const PieceQuant& quant(int g, size_t lo) const { return quant_[g][lo / max_piece_]; }
+    bool quantized_piece(int g, size_t lo) const { return !quant_.empty() && quant(g, lo).whole.blocks > 0; }
     // Starts summing group g's gradients over ranks, piece by piece through its slot's
     // buffers: all-reduced in the full gradient, reduce-scattered from it, or reduce-scattered
     // from the micro-step's bucket, as the policy says. The last piece finishes while the caller
@@ -558,21 +619,29 @@ private:
         }
         const auto& group = plan_.group(g);
         const int s = slot_of(g);
+        for (int t = 0; t < kSlots; t++) exchange_across(t);  // each quantized exchange across groups a group of compute ago
         for_each_piece(group, [&](size_t lo, size_t hi) {
             const int final_group = finish_reduce(s);  // the slot's previous piece
             if (final_group >= 0) gradient_final(final_group);
             if (policy_.shards_grads) pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
             else pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
             comm_.note(Communicator::Event::NextCollectiveMoves, g);
-            reduce_[s] = {g, lo, hi,
-                          policy_.all_reduces() ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
-                                                : comm_.reduce_scatter_async(rank_major_[s], my_piece_[s], hi - lo, dtype_),
-                          last_of_step};
+            if (quantize_grads_ && comm_.world() > 1 && quantized_piece(g, lo)) {  // each rank's row as int8 blocks
+                const QuantRows& rows = quant(g, lo).whole;
+                Backend::quantize_int8(q_reduce_send_[s], rank_major_[s], rows, comm_.world());
+                reduce_[s] = {g, lo, hi, comm_.all_to_all_async(q_reduce_send_[s], q_reduce_recv_[s], rows.row_bytes(), DType::I8), last_of_step, true};
+            } else {
+                reduce_[s] = {g, lo, hi,
+                              policy_.all_reduces() ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
+                                                    : comm_.reduce_scatter_async(rank_major_[s], my_piece_[s], hi - lo, dtype_),
+                              last_of_step};
+            }
         });
     }
     // The slot's reduction under way, if any, waited for and its result put where the optimizer
     // reads it: back into the full gradient (all-reduced), into this rank's chunks of it
-    // (reduce-scattered from it), added into the gradient shard (from a bucket). With replicas,
+    // (reduce-scattered from it, or summed from the quantized rows an all-to-all brought), added
+    // into the gradient shard (from a bucket). With replicas,
     // the step's last reduction then starts the piece's all-reduce across groups (after the one
     // the slot has under way, if any, is finished): in the shard, or at stage 1 in a buffer of
     // its own, so that the slot's next reduce-scatter need not wait for it. Returns the group
@@ -584,6 +653,7 @@ private:
         if (r.group < 0) return final_across;
         comm_.wait(r.ticket);
         const auto& group = plan_.group(r.group);
+        if (r.quantized) Backend::dequantize_sum_int8(my_piece_[s], q_reduce_recv_[s], quant(r.group, r.lo).whole, comm_.world());
         const bool across = replicas_ && r.last_of_step && !policy_.all_reduces();
         auto grad_chunk = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
         if (policy_.all_reduces()) {
@@ -594,26 +664,66 @@ private:
         } else {
             Backend::accumulate(grads_shard_ + group.shard_offset + r.lo, my_piece_[s], r.hi - r.lo);
         }
-        if (across) {
-            floatX* piece = policy_.shards_grads ? grads_shard_ + group.shard_offset + r.lo : across_piece_[s];
-            replicas_->note(Communicator::Event::NextCollectiveMoves, r.group);
-            across_[s] = {r.group, r.lo, r.hi, replicas_->all_reduce_async(piece, r.hi - r.lo, dtype_), true};
-        }
+        if (across) start_across(s, r.group, r.lo, r.hi);
         const int final_group = !across && r.last_of_step && r.hi == group.shard_size ? r.group : -1;
         r.group = -1;
         return final_group >= 0 ? final_group : final_across;  // at most one is: across or not
     }
-    // The slot's all-reduce across groups, if any, waited for (at stage 1 its piece copied into
-    // this rank's chunks of the full gradient); returns the group it made final, else -1
+    // the piece [lo, hi) of group g's gradient shard that slot s all-reduces across groups
+    floatX* across_piece(int s, int g, size_t lo) const {
+        return policy_.shards_grads ? grads_shard_ + plan_.group(g).shard_offset + lo : across_piece_[s];
+    }
+    // Starts the all-reduce across groups of group g's piece [lo, hi): quantized, each replica's
+    // part as int8 blocks to that replica (the first half; exchange_across() does the second)
+    void start_across(int s, int g, size_t lo, size_t hi) {
+        floatX* piece = across_piece(s, g, lo);
+        replicas_->note(Communicator::Event::NextCollectiveMoves, g);
+        const PieceQuant* q = quantize_grads_ ? &quant(g, lo) : nullptr;
+        if (q == nullptr || q->parts.empty()) {
+            across_[s] = {g, lo, hi, replicas_->all_reduce_async(piece, hi - lo, dtype_), true};
+            return;
+        }
+        const size_t stride = q->parts[0].row_stride();
+        for (size_t j = 0; j < q->parts.size(); j++)
+            Backend::quantize_int8(q_across_send_[s] + j * stride, piece + j * q->part_values, q->parts[j], 1);
+        across_[s] = {g, lo, hi, replicas_->all_to_all_async(q_across_send_[s], q_across_recv_[s], stride, DType::I8), true, true};
+    }
+    // A quantized all-reduce across groups halfway (its all-to-all under way): waited for, this
+    // replica's part summed in fp32 from every replica's, quantized again and all-gathered
+    void exchange_across(int s) {
+        InFlight& a = across_[s];
+        if (a.group < 0 || !a.quantized || a.gathering) return;
+        replicas_->wait(a.ticket);
+        const PieceQuant& q = quant(a.group, a.lo);
+        const int k = replicas_->rank();
+        const size_t stride = q.parts[0].row_stride();
+        floatX* mine = across_piece(s, a.group, a.lo) + k * q.part_values;
+        Backend::dequantize_sum_int8(mine, q_across_recv_[s], q.parts[k], replicas_->world());
+        Backend::quantize_int8(q_across_send_[s], mine, q.parts[k], 1);
+        replicas_->note(Communicator::Event::NextCollectiveMoves, a.group);
+        a.ticket = replicas_->all_gather_async(q_across_send_[s], q_across_recv_[s], stride, DType::I8);
+        a.gathering = true;
+    }
+    // The slot's all-reduce across groups, if any, waited for (quantized: each replica's summed
+    // part dequantized into the piece, this replica's too, so that all hold the same), at stage 1
+    // the piece then copied into this rank's chunks of the full gradient; returns the group it
+    // made final, else -1
     int finish_across(int s) {
+        exchange_across(s);
         InFlight& a = across_[s];
         if (a.group < 0) return -1;
         replicas_->wait(a.ticket);
         const auto& group = plan_.group(a.group);
+        if (a.quantized) {
+            const PieceQuant& q = quant(a.group, a.lo);
+            const size_t stride = q.parts[0].row_stride();
+            for (size_t j = 0; j < q.parts.size(); j++)
+                Backend::dequantize_int8(across_piece(s, a.group, a.lo) + j * q.part_values, q_across_recv_[s] + j * stride, q.parts[j], 1);
+        }
         if (!policy_.shards_grads)
             copy_from_my_piece(across_piece_[s], group, a.lo, a.hi, [&](const PartitionPlan::Tensor& t) { return grad_of(t); });
         const int final_group = a.hi == group.shard_size ? a.group : -1;
-        a.group = -1;
+        a = InFlight{};
         return final_group;
     }
     // group g's gradient is final for the step: offloaded, it leaves for the host now, on the
@@ -763,6 +873,7 @@ private:
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
     bool master_in_state_;
     bool quantize_weights_;  // stage 3's gathers go as int8 blocks
+    bool quantize_grads_;    // reductions go as int8 blocks (inside the group where it has ranks, across groups)
     ZeroMemory memory_;
     Allocations<Backend> owned_;
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;    // unsharded, in the flat layout
@@ -782,11 +893,17 @@ private:
     floatX* bucket_[kSlots] = {};
     floatX* slot_[kSlots] = {};
     floatX* gathered_[kSlots] = {};
-    // quantized collectives, per slot: this rank's quantized row, and every rank's
-    uint8_t* quantized_mine_[kSlots] = {};
-    uint8_t* quantized_all_[kSlots] = {};
-    std::vector<QuantBlock> quant_blocks_;           // every quantized piece's blocks, in host memory
-    std::vector<std::vector<QuantRows>> quant_rows_;  // [group][piece]; empty: nothing quantized
+    // Quantized collectives, per slot: a gather's row of this rank and every rank's; a reduction's
+    // rows sent and received inside the group; and across groups, a row per replica sent and
+    // received (the all-gather's reusing them)
+    uint8_t* q_gather_mine_[kSlots] = {};
+    uint8_t* q_gather_all_[kSlots] = {};
+    uint8_t* q_reduce_send_[kSlots] = {};
+    uint8_t* q_reduce_recv_[kSlots] = {};
+    uint8_t* q_across_send_[kSlots] = {};
+    uint8_t* q_across_recv_[kSlots] = {};
+    std::vector<std::vector<PieceQuant>> quant_;  // [group][piece]; empty: nothing quantized
+    std::vector<QuantBlock> quant_blocks_;        // the blocks of every QuantRows above, in host memory
     // which group each slot's parts hold or are receiving (-1: none)
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};

@@ -29,13 +29,13 @@ inline int8_t quant_value(float x, float scale) {
 
 // `rows` rows of layout.values values each, end to end in x -> quantized rows end to end in out
 inline void quantize_int8(uint8_t* out, const float* x, const QuantRows& layout, int rows) {
-    const size_t row_bytes = layout.row_bytes();
+    const size_t stride = layout.row_stride();
 #pragma omp parallel for collapse(2)
     for (int r = 0; r < rows; r++)
         for (int b = 0; b < layout.blocks; b++) {
             const QuantBlock blk = layout.host[b];
             const float* src = x + (size_t)r * layout.values + blk.offset;
-            uint8_t* row = out + (size_t)r * row_bytes;
+            uint8_t* row = out + (size_t)r * stride;
             const float scale = quant_scale(src, blk.n);
             memcpy(row + (size_t)b * sizeof(float), &scale, sizeof(float));
             int8_t* q = (int8_t*)(row + layout.scales_bytes() + blk.offset);
@@ -56,16 +56,16 @@ inline void quantize_int8(uint8_t* out, const float* x, const QuantRows& layout,
 
 // quantized rows end to end in `in` -> `rows` rows of values end to end in x
 inline void dequantize_int8(float* x, const uint8_t* in, const QuantRows& layout, int rows) {
-    const size_t row_bytes = layout.row_bytes();
+    const size_t stride = layout.row_stride();
 #pragma omp parallel for collapse(2)
     for (int r = 0; r < rows; r++)
         for (int b = 0; b < layout.blocks; b++)
-            dequantize_block(x + (size_t)r * layout.values + layout.host[b].offset, in + (size_t)r * row_bytes, layout, b);
+            dequantize_block(x + (size_t)r * layout.values + layout.host[b].offset, in + (size_t)r * stride, layout, b);
 }
 
 // out = the sum of the `rows` quantized rows in `in`, dequantized, added in fp32 in row order
 inline void dequantize_sum_int8(float* out, const uint8_t* in, const QuantRows& layout, int rows) {
-    const size_t row_bytes = layout.row_bytes();
+    const size_t stride = layout.row_stride();
 #pragma omp parallel for
     for (int b = 0; b < layout.blocks; b++) {
         const QuantBlock blk = layout.host[b];
@@ -73,7 +73,7 @@ inline void dequantize_sum_int8(float* out, const uint8_t* in, const QuantRows& 
         float values[kQuantBlock];
         for (uint32_t i = 0; i < blk.n; i++) sum[i] = 0.0f;
         for (int r = 0; r < rows; r++) {
-            dequantize_block(values, in + (size_t)r * row_bytes, layout, b);
+            dequantize_block(values, in + (size_t)r * stride, layout, b);
             for (uint32_t i = 0; i < blk.n; i++) sum[i] += values[i];
         }
     }

@@ -23,7 +23,7 @@ __device__ inline bool quant_block_of_warp(const QuantBlock* blocks, int count, 
 
 template <class T>
 __global__ void quantize_int8_kernel(uint8_t* out, const T* x, const QuantBlock* blocks, int count, size_t values,
-                                     size_t row_bytes) {
+                                     size_t row_stride) {
     QuantBlock blk;
     if (!quant_block_of_warp(blocks, count, &blk)) return;
     const int lane = threadIdx.x % kWarp, b = blockIdx.x * kQuantWarps + threadIdx.x / kWarp;
@@ -38,7 +38,7 @@ __global__ void quantize_int8_kernel(uint8_t* out, const T* x, const QuantBlock*
     }
     amax = warp_max(amax);
     const float scale = __all_sync(0xffffffffu, finite) ? amax / 127.0f : __int_as_float(0x7fc00000);  // NaN
-    uint8_t* row = out + blockIdx.y * row_bytes;
+    uint8_t* row = out + blockIdx.y * row_stride;
     if (lane == 0) reinterpret_cast<float*>(row)[b] = scale;
     int8_t* q = reinterpret_cast<int8_t*>(row + (size_t)count * sizeof(float) + blk.offset);
     for (int k = 0; k < kQuantPerLane; k++) {
@@ -53,13 +53,13 @@ __global__ void quantize_int8_kernel(uint8_t* out, const T* x, const QuantBlock*
 // dequantized into its own row of out
 template <bool SUM, class T>
 __global__ void dequantize_int8_kernel(T* out, const uint8_t* in, const QuantBlock* blocks, int count, size_t values,
-                                       size_t row_bytes, int rows) {
+                                       size_t row_stride, int rows) {
     QuantBlock blk;
     if (!quant_block_of_warp(blocks, count, &blk)) return;
     const int lane = threadIdx.x % kWarp, b = blockIdx.x * kQuantWarps + threadIdx.x / kWarp;
     float sum[kQuantPerLane] = {};
     for (int r = SUM ? 0 : (int)blockIdx.y; r < (SUM ? rows : (int)blockIdx.y + 1); r++) {
-        const uint8_t* row = in + r * row_bytes;
+        const uint8_t* row = in + r * row_stride;
         const float scale = reinterpret_cast<const float*>(row)[b];
         const int8_t* q = reinterpret_cast<const int8_t*>(row + (size_t)count * sizeof(float) + blk.offset);
         for (int k = 0; k < kQuantPerLane; k++) {
@@ -81,7 +81,7 @@ template <class T>
 inline void quantize_int8(uint8_t* out, const T* x, const QuantRows& layout, int rows) {
     if (layout.blocks == 0 || rows == 0) return;
     quantize_int8_kernel<<<quant_grid(layout, rows), kQuantWarps * kWarp, 0, stream()>>>(out, x, layout.device, layout.blocks,
-                                                                                         layout.values, layout.row_bytes());
+                                                                                         layout.values, layout.row_stride());
     check_launch();
 }
 // quantized rows end to end in `in` -> `rows` rows of values end to end in x
@@ -89,7 +89,7 @@ template <class T>
 inline void dequantize_int8(T* x, const uint8_t* in, const QuantRows& layout, int rows) {
     if (layout.blocks == 0 || rows == 0) return;
     dequantize_int8_kernel<false><<<quant_grid(layout, rows), kQuantWarps * kWarp, 0, stream()>>>(
-        x, in, layout.device, layout.blocks, layout.values, layout.row_bytes(), rows);
+        x, in, layout.device, layout.blocks, layout.values, layout.row_stride(), rows);
     check_launch();
 }
 // out = the sum of the `rows` quantized rows in `in`, dequantized, added in fp32 in row order
@@ -97,7 +97,7 @@ template <class T>
 inline void dequantize_sum_int8(T* out, const uint8_t* in, const QuantRows& layout, int rows) {
     if (layout.blocks == 0) return;
     dequantize_int8_kernel<true><<<quant_grid(layout, 1), kQuantWarps * kWarp, 0, stream()>>>(
-        out, in, layout.device, layout.blocks, layout.values, layout.row_bytes(), rows);
+        out, in, layout.device, layout.blocks, layout.values, layout.row_stride(), rows);
     check_launch();
 }
 
