@@ -52,6 +52,10 @@ grep -q "^backend cpu, 2 rank(s), ZeRO stage 3 in 2 groups of 1 rank(s), one rep
 # --quantize-weights below stage 3: one line and exit 2
 ./train_gpt "${tiny[@]}" --device cpu -x 1 -z 2 --quantize-weights int8 >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
     grep -q "^error: --quantize-weights int8: only stage 3 gathers parameters (-z 3); this run is -z 2$" "$out" || fail "--quantize-weights at stage 2: exit 2, one line"
+# --quantize-grads at stage 0: one line and exit 2
+./train_gpt "${tiny[@]}" --device cpu -x 1 -z 0 --quantize-grads int8 >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --quantize-grads int8: stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3$" "$out" ||
+    fail "--quantize-grads at stage 0: exit 2, one line"
 
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"

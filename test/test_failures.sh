@@ -24,6 +24,10 @@ timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 3 --quantize-weights int8 : 
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-weights mismatch: exit code $rc (124 means it hung)"
 grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-weights mismatch"
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 2 --quantize-grads int8 : -np 1 ./train_gpt "${ARGS[@]}" -z 2 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-grads mismatch: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-grads mismatch"
 
 # 2. one rank fails to start (its data is missing): the others do not wait for it
 timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" : -np 1 ./train_gpt "${ARGS[@]}" -i /nonexistent/shard_*.bin >"$out" 2>&1

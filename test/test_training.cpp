@@ -82,6 +82,13 @@ TEST(Flags, QuantizedWeightsNeedStage3) {
                   std::string("--quantize-weights int8: only stage 3 gathers parameters (-z 3); this run is -z ") + stage);
 }
 
+// int8 gradients replace a reduce-scatter, which stage 0 does not have
+TEST(Flags, QuantizedGradientsNeedStage1To3) {
+    for (const char* stage : {"1", "2", "3"}) EXPECT_EQ(zero_flags_error(parse({"-z", stage, "--quantize-grads", "int8"}), 2, 0), "");
+    EXPECT_EQ(zero_flags_error(parse({"-z", "0", "--quantize-grads", "int8"}), 2, 0),
+              "--quantize-grads int8: stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3");
+}
+
 // The documented flags (README's table; ranges the README leaves unsaid are written here), spelled
 // out in the test rather than read from the parser's table, so that a wrong entry there fails.
 // Adding a flag to the parser means adding its row here (the --help test fails until then) and
@@ -129,6 +136,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--offload", {"none", "cpu"}, {"nvme", "gpu"}},
     {"", "--shard-group", {"all", "node", "1", "1048576"}, {"0", "1048577", "-1", "x", "2.5"}},
     {"", "--quantize-weights", {"none", "int8"}, {"int4", "fp8"}},
+    {"", "--quantize-grads", {"none", "int8"}, {"int4", "fp8"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
     {"-w", "--master-weights", {"0", "1"}, {"-1", "2", "x"}},
     {"-f", "--tf32", {"0", "1"}, {"-1", "2", "x"}},
@@ -156,7 +164,7 @@ std::string describe(const TrainConfig& c) {
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
-      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
+      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method

@@ -19,6 +19,9 @@
 // optimizer's update from given gradients, and overlapped against unoverlapped reduction.
 #include <mpi.h>
 
+#include <map>
+#include <tuple>
+
 #include "recording_comm.h"
 #include "test_util.h"
 
@@ -742,6 +745,7 @@ TrainConfig quant_config(const QuantCase& c, int steps, int world) {
     cfg.max_steps = steps;
     cfg.lr = 3e-3f;
     cfg.quantize_weights = c.weights ? "int8" : "none";
+    cfg.quantize_grads = c.grads ? "int8" : "none";
     if (world == 4) cfg.shard_group = "2";  // quantized inside the group, and across groups
     return cfg;
 }
@@ -786,17 +790,65 @@ uint64_t quantized_row_bytes(const std::vector<size_t>& tensor_pieces) {
     return 4 * blocks + (values + 3) / 4 * 4;
 }
 
-// Two steps recorded with and without quantization: the same collectives in the same order; each
-// one that moves int8 moves at most 0.3 of the bytes of the one it replaces (fp32 on the CPU
-// backend), exactly the bytes of the layout (a scale per block and the values), and those not
-// quantized are the pieces below kQuantMinValues or collectives the case does not quantize.
-// The bytes per step that train_gpt prints (Zero::traffic) are what the recorded collectives
-// sent, inside the shard group and across groups.
+// A collective as the ratio test sees it: one that moves group g's piece, of a kind (a gather
+// or reduction inside the shard group, an all-reduce across groups, whose quantized form is an
+// all-to-all and an all-gather), with the bytes zero/comm.h counts for it per rank
+struct Moved {
+    enum Kind { Gather, Reduce, Across } kind;
+    int group;
+    size_t n;           // elements per rank (quantized across: the first of its two)
+    uint64_t counted;   // bytes per rank, both halves of a quantized all-reduce across groups
+    bool quantized;
+    uint64_t row_bytes;  // quantized: bytes per rank of each of its collectives
+};
+// The collectives of a recorded run in the order they started, the two halves of a quantized
+// all-reduce across groups joined; `across_link` names the communicator between groups (-1: none)
+std::vector<Moved> collectives_moved(const std::vector<RecordingComm::Entry>& log, int across_link, int N, int R) {
+    using Op = RecordingComm::Op;
+    std::vector<Moved> out;
+    std::map<int, int> across_half;  // by group: its quantized all-reduce across groups halfway (-1: none)
+    for (const RecordingComm::Entry& e : log) {
+        if (e.what != RecordingComm::What::Start) continue;
+        const bool across = e.link == across_link;
+        const uint64_t counted = e.op == Op::AllReduce ? 2 * e.bytes() : (uint64_t)(across ? R : N) * e.bytes();
+        if (across && e.op == Op::AllGather && across_half.count(e.group) && across_half[e.group] >= 0) {  // the second half
+            out[across_half[e.group]].counted += counted;
+            across_half[e.group] = -1;
+            continue;
+        }
+        const Moved::Kind kind = across ? Moved::Across : e.op == Op::AllGather ? Moved::Gather : Moved::Reduce;
+        if (across && e.op == Op::AllToAll) across_half[e.group] = (int)out.size();
+        out.push_back({kind, e.group, e.n, counted, e.dtype == DType::I8, e.bytes()});
+    }
+    return out;
+}
+
+// elements of each tensor piece in the values [lo, lo + n) of group g's shard on N ranks (chunks of
+// ceil(t.n / N) per tensor, one after another)
+std::vector<size_t> tensor_pieces(const std::vector<TensorSlice>& group, int N, size_t lo, size_t n) {
+    std::vector<size_t> pieces;
+    size_t at = 0;
+    for (const TensorSlice& t : group) {
+        const size_t chunk = (t.n + N - 1) / N, a = std::max(lo, at), b = std::min(lo + n, at + chunk);
+        if (a < b) pieces.push_back(b - a);
+        at += chunk;
+    }
+    return pieces;
+}
+
+// Two steps recorded with and without quantization: the same collectives, group by group, in
+// the same order. Each quantized one moves at most 0.3 of the bytes of the one it replaces (fp32
+// on the CPU backend; across groups an all-to-all and an all-gather replace an all-reduce) and
+// exactly what the layout says: a 4-byte scale per block of at most 256 values of one tensor and
+// the values (across groups, R parts of ceil(n / R) values, each message the largest part's).
+// Those left unquantized are pieces (parts) under kQuantMinValues or collectives the case does
+// not quantize. The bytes per step train_gpt prints (Zero::traffic) are what was sent.
 TEST_P(Quantized, EachCollectiveMovesAtMostThreeTenthsOfTheBytes) {
     const QuantCase c = GetParam();
     MpiComm mpi = make_comm(MPI_COMM_WORLD);
     if (mpi.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
-    const int W = mpi.world(), N = W == 4 ? 2 : W;  // quant_config's shard groups
+    const int W = mpi.world(), N = W == 4 ? 2 : W, R = W / N;  // quant_config's shard groups
+    const int group_link = N == W ? 0 : 1, across_link = N == W ? -1 : 2;
     GPT2Config mc;
     config_from_descriptor(kQuantModelDesc, &mc);
     const auto groups = param_groups(mc);
@@ -804,64 +856,79 @@ TEST_P(Quantized, EachCollectiveMovesAtMostThreeTenthsOfTheBytes) {
         RecordingComm comm(mpi);
         train<TestBackend>(quant_config(quantized ? c : QuantCase{c.stage, false, false}, 2, W), comm, [&](int, Zero<TestBackend>& zero) {
             const ZeroTraffic t = zero.traffic();
-            counted->inside.all_gather += t.inside.all_gather, counted->inside.reduce_scatter += t.inside.reduce_scatter;
-            counted->inside.all_reduce += t.inside.all_reduce, counted->across.all_reduce += t.across.all_reduce;
+            for (auto [sum, add] : {std::pair{&counted->inside, &t.inside}, std::pair{&counted->across, &t.across}}) {
+                sum->all_reduce += add->all_reduce, sum->reduce_scatter += add->reduce_scatter;
+                sum->all_gather += add->all_gather, sum->all_to_all += add->all_to_all;
+            }
         });
-        std::vector<RecordingComm::Entry> starts;
-        for (const RecordingComm::Entry& e : comm.log())
-            if (e.what == RecordingComm::What::Start) starts.push_back(e);
-        return starts;
+        ZeroTraffic sent;  // what the recorded collectives sent, counted as zero/comm.h counts
+        for (const RecordingComm::Entry& e : comm.log()) {
+            if (e.what != RecordingComm::What::Start) continue;
+            CommCounters& to = e.link == group_link ? sent.inside : sent.across;
+            const uint64_t ranks = e.link == group_link ? N : R;
+            if (e.op == RecordingComm::Op::AllReduce) to.all_reduce += 2 * e.bytes();
+            if (e.op == RecordingComm::Op::ReduceScatter) to.reduce_scatter += ranks * e.bytes();
+            if (e.op == RecordingComm::Op::AllGather) to.all_gather += ranks * e.bytes();
+            if (e.op == RecordingComm::Op::AllToAll) to.all_to_all += ranks * e.bytes();
+        }
+        int differ = 0;
+        for (auto [a, b] : {std::pair{&counted->inside, &sent.inside}, std::pair{&counted->across, &sent.across}})
+            differ += a->all_reduce != b->all_reduce || a->reduce_scatter != b->reduce_scatter || a->all_gather != b->all_gather ||
+                      a->all_to_all != b->all_to_all;
+        EXPECT_EQ(failures_everywhere(differ), 0) << "the bytes per step differ from what the collectives sent";
+        return collectives_moved(comm.log(), across_link, N, R);
     };
     ZeroTraffic plain_traffic, quantized_traffic;
-    const std::vector<RecordingComm::Entry> plain = run(false, &plain_traffic), quantized = run(true, &quantized_traffic);
+    std::vector<Moved> plain = run(false, &plain_traffic), quantized = run(true, &quantized_traffic);
+    // group by group and kind, each in the order it started
+    auto by_group = [](const Moved& a, const Moved& b) { return std::tie(a.group, a.kind) < std::tie(b.group, b.kind); };
+    std::stable_sort(plain.begin(), plain.end(), by_group);
+    std::stable_sort(quantized.begin(), quantized.end(), by_group);
     ASSERT_EQ(failures_everywhere(plain.size() != quantized.size()), 0) << "the schedules differ";
 
-    const int group_link = N == W ? 0 : 1;
-    std::vector<size_t> next_lo(groups.size(), 0);  // where each group's next gathered piece starts
     int bad = 0, quantized_count = 0, unquantized_large = 0;
     double worst_ratio = 0.0;
-    ZeroTraffic sent;
+    size_t lo = 0;  // where the piece starts in its group's shard: pieces go in order
     for (size_t i = 0; i < plain.size(); i++) {
-        const RecordingComm::Entry &p = plain[i], &q = quantized[i];
-        const int g = q.group;
-        const bool inside = q.link == group_link, gather = q.op == RecordingComm::Op::AllGather;
-        // what zero/comm.h counts per rank: n of n*world elements gathered, 2n all-reduced
-        const uint64_t counted = q.op == RecordingComm::Op::AllReduce ? 2 * q.bytes() : (uint64_t)(inside ? N : W / N) * q.bytes();
-        if (gather) (inside ? sent.inside : sent.across).all_gather += counted;
-        else if (q.op == RecordingComm::Op::AllReduce) (inside ? sent.inside : sent.across).all_reduce += counted;
-        else (inside ? sent.inside : sent.across).reduce_scatter += counted;
-        // the tensor pieces of this piece of group g's shard (chunks of ceil(n / N) per tensor)
-        std::vector<size_t> pieces;
-        size_t lo = gather ? next_lo[g] : 0, at = 0, shard = 0;
-        for (const TensorSlice& t : groups[g]) shard += (t.n + N - 1) / N;
-        for (const TensorSlice& t : groups[g]) {
-            const size_t chunk = (t.n + N - 1) / N, a = std::max(lo, at), b = std::min(lo + p.n, at + chunk);
-            if (a < b) pieces.push_back(b - a);
-            at += chunk;
+        const Moved &p = plain[i], &q = quantized[i];
+        bad += p.group != q.group || p.kind != q.kind;
+        if (p.group < 0) {  // the gathers after the update at stages 1-2, which name no group: never quantized
+            bad += q.counted != p.counted || q.quantized;
+            continue;
         }
-        if (gather) next_lo[g] = (lo + p.n) % shard;
-        if (q.dtype == DType::I8) {
+        size_t shard = 0;
+        for (const TensorSlice& t : groups[p.group]) shard += (t.n + N - 1) / N;
+        if (i > 0 && (plain[i - 1].group != p.group || plain[i - 1].kind != p.kind)) lo = 0;
+        const bool quantizable = p.kind == Moved::Gather ? c.weights : c.grads;
+        if (q.quantized) {
             quantized_count++;
-            const double ratio = (double)q.bytes() / p.bytes();
+            const double ratio = (double)q.counted / p.counted;
             worst_ratio = std::max(worst_ratio, ratio);
-            bad += ratio > 0.3 || q.bytes() != quantized_row_bytes(pieces);
+            uint64_t want = 0;
+            if (p.kind != Moved::Across) {
+                want = quantized_row_bytes(tensor_pieces(groups[p.group], N, lo, p.n));
+            } else {
+                const size_t part = (p.n + R - 1) / R;
+                for (int j = 0; j < R; j++)
+                    want = std::max(want, quantized_row_bytes(tensor_pieces(groups[p.group], N, lo + j * part, std::min(part, p.n - std::min(p.n, j * part)))));
+            }
+            bad += ratio > 0.3 || q.row_bytes != want || !quantizable;
         } else {
-            bad += q.bytes() != p.bytes() || q.op != p.op;
-            const bool quantizable = gather ? c.weights : c.grads;
-            unquantized_large += quantizable && p.n >= kQuantMinValues;
+            bad += q.counted != p.counted;
+            const size_t values = p.kind == Moved::Across ? (p.n + R - 1) / R : p.n;
+            unquantized_large += quantizable && values >= kQuantMinValues;
         }
+        lo = (lo + p.n) % shard;
     }
     if (mpi.rank() == 0) printf("%d collectives quantized, worst %.4f of the bytes\n", quantized_count, worst_ratio);
     EXPECT_GT(quantized_count, 0);
     EXPECT_EQ(failures_everywhere(bad), 0) << "a quantized collective moves more than 0.3 of the bytes, or not its layout's";
     EXPECT_EQ(failures_everywhere(unquantized_large), 0) << "a collective the case quantizes went unquantized";
-    const auto& t = quantized_traffic;
-    EXPECT_EQ(failures_everywhere(t.inside.all_gather != sent.inside.all_gather || t.inside.reduce_scatter != sent.inside.reduce_scatter ||
-                                  t.inside.all_reduce != sent.inside.all_reduce || t.across.all_reduce != sent.across.all_reduce),
-              0)
-        << "the bytes per step differ from what the collectives sent";
 }
-INSTANTIATE_TEST_SUITE_P(Cases, Quantized, ::testing::Values(QuantCase{3, true, false}), quant_case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Quantized,
+                         ::testing::Values(QuantCase{3, true, false}, QuantCase{1, false, true}, QuantCase{2, false, true},
+                                           QuantCase{3, false, true}, QuantCase{3, true, true}),
+                         quant_case_name);
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
 TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {
