@@ -30,6 +30,7 @@
 #include "kernels/cpu_backend.h"
 #include "model/shape.h"
 #include "train/hellaswag_eval.h"
+#include "train/memory_plan.h"
 #include "train/nonfinite.h"
 #include "train/outlier_detector.h"
 #include "train/progress.h"
@@ -120,6 +121,17 @@ public:
     size_t activation_bytes() const { return activation_bytes_; }
     size_t scratch_bytes() const { return scratch_bytes_; }
     const GPT2Config& config() const { return c_; }
+
+    // The largest shapes the backend's ops see in a run of this model at B x T, for the memory the
+    // backend reserves (kernels/backend_memory.h): every op at B x T, the widest bias 4C, the
+    // largest tensor zero/ loads or saves whole and a row of logits converted to fp32, the tokens
+    // or targets of a batch uploaded
+    static OpShapes op_shapes(const GPT2Config& c, int B, int T) {
+        size_t largest = c.vocab_size;
+        for (const auto& group : param_groups(c))
+            for (const TensorSlice& t : group) largest = std::max(largest, t.n);
+        return {B, T, c.channels, c.num_heads, 4 * c.channels, largest, (size_t)B * T * sizeof(int)};
+    }
 
     // Forward pass on B x T tokens (B, T no larger than at construction). With targets it also
     // computes each position's loss (device_losses(), losses()), and with dloss != 0 leaves
@@ -241,7 +253,7 @@ struct TrainConfig {
     std::string tokenizer = "data/tinyshakespeare/gpt2_tokenizer.bin";
     std::string init = "d12";   // checkpoint path or model descriptor
     std::string output_dir = "out";
-    int B = 4;
+    int B = 4;                  // kAutoBatch: -b auto
     int T = 0;                  // 0: 1024 on cuda, 64 on cpu
     long total_batch = 0;       // tokens per step; 0: B*T*ranks
     int max_steps = 0;          // 0 (or -1, llm.c's): one epoch of the training data
@@ -284,9 +296,13 @@ struct TrainConfig {
     long seed = 1337;
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_clip = 1.0f;
     std::string device = "auto";
+    std::string device_memory;  // per rank, for -b auto, the fit check and --plan ("": as the device says)
+    int plan = 0;               // --plan: print the memory plan and stop
     int quiet = 0;
     std::vector<std::string> given;  // the flags on the command line, as typed
 };
+
+constexpr int kAutoBatch = 0;  // -b auto: the largest micro-batch that fits (train/memory_plan.h)
 
 struct Flag {
     const char* short_name;  // "" when there is none
@@ -304,7 +320,7 @@ static const Flag kFlags[] = {
     {"-e", "--init", 's', FIELD(init), 0, 0, "checkpoint file, dX|gpt2:dX (d12 d24 d36 d48), gpt3:cX, or L=,NH=,C=[,V=,maxT=]"},
     {"-o", "--output", 's', FIELD(output_dir), 0, 0, "output directory for log and checkpoints ('' for none)"},
     {"", "--tokenizer", 's', FIELD(tokenizer), 0, 0, "tokenizer file for samples"},
-    {"-b", "--batch", 'i', FIELD(B), 1, 65536, "micro-batch size B (sequences per rank)"},
+    {"-b", "--batch", 'i', FIELD(B), 1, 65536, "micro-batch size B (sequences per rank); auto: the largest that fits"},
     {"-t", "--seq-len", 'i', FIELD(T), 0, 1 << 20, "sequence length T (0: 1024 on cuda, 64 on cpu)"},
     {"-d", "--total-batch", 'l', FIELD(total_batch), 0, 1e12, "tokens per step (0: B*T*ranks); sets accumulation"},
     {"-x", "--max-steps", 'i', FIELD(max_steps), -1, 1e9, "training steps (0 or -1: one epoch)"},
@@ -351,6 +367,7 @@ static const Flag kFlags[] = {
     {"", "--eps", 'f', FIELD(eps), 1e-30, 1, "AdamW epsilon"},
     {"", "--grad-clip", 'f', FIELD(grad_clip), 0, 1e9, "clip the global gradient norm to this (0: off)"},
     {"", "--device", 's', FIELD(device), 0, 0, "cpu | cuda | auto"},
+    {"", "--device-memory", 's', FIELD(device_memory), 0, 0, "memory per rank for -b auto and --plan, e.g. 80GiB (default: free GPU / available host memory)"},
     {"", "--quiet", 'i', FIELD(quiet), 0, 1, "1: print only errors"},
 };
 #undef FIELD
@@ -362,6 +379,7 @@ inline void print_usage(FILE* out) {
         snprintf(names, sizeof(names), "%-3s %s", f.short_name, f.long_name);
         fprintf(out, "  %-26s %s\n", names, f.help);
     }
+    fprintf(out, "  %-26s %s\n", "    --plan", "print the memory plan of the run the other flags describe, and stop");
     fprintf(out, "  %-26s %s\n", "    --help", "this table (so is -h without a value)");
 }
 
@@ -389,6 +407,10 @@ inline TrainConfig parse_args(int argc, char** argv) {
             print_usage(stdout);
             exit(0);
         }
+        if (name == "--plan") {
+            cfg.plan = 1;
+            continue;
+        }
         const Flag* flag = nullptr;
         for (const Flag& f : kFlags)
             if (name == f.short_name || name == f.long_name) flag = &f;
@@ -397,6 +419,10 @@ inline TrainConfig parse_args(int argc, char** argv) {
         const char* value = argv[++i];
         cfg.given.push_back(name);
         char* field = (char*)&cfg + flag->field;
+        if (flag->field == offsetof(TrainConfig, B) && strcmp(value, "auto") == 0) {
+            cfg.B = kAutoBatch;
+            continue;
+        }
         if (flag->kind == 's') {
             *(std::string*)field = value;
             continue;
@@ -417,6 +443,9 @@ inline TrainConfig parse_args(int argc, char** argv) {
         fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
     if (!one_of(cfg.quantize_weights, {"none", "int8"})) fatal(2, "--quantize-weights %s: expected none or int8", cfg.quantize_weights.c_str());
     if (!one_of(cfg.quantize_grads, {"none", "int8"})) fatal(2, "--quantize-grads %s: expected none or int8", cfg.quantize_grads.c_str());
+    size_t bytes = 0;
+    if (!cfg.device_memory.empty() && !parse_size(cfg.device_memory, &bytes))
+        fatal(2, "--device-memory %s: expected a size such as 80GiB, 24GB, 512MiB or a number of bytes", cfg.device_memory.c_str());
     if (cfg.init_method != "mpi")
         fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
     return cfg;
@@ -505,10 +534,11 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
 template <class Backend>
 class LossSum {
 public:
-    LossSum() : sum_((double*)Backend::alloc(sizeof(double))) {}
+    LossSum() : sum_((double*)Backend::alloc(kBytes)) {}
     ~LossSum() { Backend::release(sum_); }
     LossSum(const LossSum&) = delete;
     LossSum& operator=(const LossSum&) = delete;
+    static constexpr size_t kBytes = sizeof(double);  // of backend memory
     // adds the mean of the N per-position losses (in backend memory)
     void add_batch_mean(const float* losses, int N) { Backend::mean_loss_add(sum_, losses, N); }
     // the sum since the last take(), which starts it again from zero
@@ -523,11 +553,10 @@ private:
     double* sum_;
 };
 
-// mean loss of this rank's first `batches` batches from `data`
+// mean loss of this rank's first `batches` batches from `data`, summed in `sum` (left at zero)
 template <class Backend>
-double validation_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T) {
+double validation_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T, LossSum<Backend>& sum) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
-    LossSum<Backend> sum;
     data.reset();
     for (int i = 0; i < batches; i++) {
         data.next_batch(inputs.data(), targets.data());
@@ -623,6 +652,61 @@ inline int default_warmup(bool from_random, float beta2) {
     return from_random ? (int)lround(2.0 / (1.0 - (double)beta2)) : 0;
 }
 
+// ----------------------------------------------------------------------------
+// memory: what a rank allocates, made by the same calls in the run and in its plan
+
+// the flags and model that decide a rank's memory
+// (shard_group: ranks per shard group, shard_group_ranks(); the world: one group)
+inline RunShape run_shape(const TrainConfig& cfg, const GPT2Config& mc, int B, int T, int world, int shard_group) {
+    return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1, shard_group == world ? 0 : shard_group,
+            cfg.quantize_weights == "int8", cfg.quantize_grads == "int8"};
+}
+template <class Backend>
+std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm) {
+    return std::make_unique<Zero<Backend>>(s.stage, param_groups(s.model), comm,
+                                           ZeroOptions{s.master_weights, s.offload, s.shard_group, s.quantize_weights, s.quantize_grads});
+}
+template <class Backend>
+std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero) {
+    return std::make_unique<GPT2<Backend>>(s.model, s.B, s.T, s.recompute, zero);
+}
+constexpr int kLossSums = 2;  // a run's: the training loss's and the evaluations'
+// what a rank holds, by category, as the objects holding it count it
+template <class Backend>
+MemoryUse memory_use(const Zero<Backend>& zero, const GPT2<Backend>& model, const BackendMemory& backend) {
+    MemoryUse m;
+    m.zero = zero.memory();
+    m.activations = model.activation_bytes();
+    m.scratch = model.scratch_bytes();
+    m.loss_sums = kLossSums * LossSum<Backend>::kBytes;
+    m.backend = backend;
+    return m;
+}
+
+// The memory rank `rank` of the run `shape` would hold, allocating none: the run's own
+// constructors (make_zero, make_model, its loss sums) on CountingBackend, and what the backend
+// reserves for the model's shapes. Bytes the counting backend handed out beyond the categories
+// are `unnamed` (the tests check there are none).
+template <class Backend>
+MemoryUse plan_memory(const RunShape& shape, int rank) {
+    using Counting = CountingBackend<Backend>;
+    Counting::reset_counts();
+    PlanComm comm(rank, shape.world);
+    std::unique_ptr<Zero<Counting>> zero = make_zero<Counting>(shape, comm);
+    std::unique_ptr<GPT2<Counting>> model = make_model<Counting>(shape, *zero);
+    LossSum<Counting> loss_sums[kLossSums];
+    MemoryUse m = memory_use(*zero, *model, Backend::planned_memory(GPT2<Backend>::op_shapes(shape.model, shape.B, shape.T)));
+    m.unnamed = Counting::device_bytes - (memory_total(m, false) - m.backend.context - m.backend.kernel_scratch);
+    m.device_allocations = Counting::device_allocations + m.backend.device_allocations;
+    return m;
+}
+
+// --offload cpu keeps fp32 master weights: not with -w 0 where parameters are narrower
+template <class Backend>
+bool offload_allowed(const TrainConfig& cfg) {
+    return !Backend::has_master_weights || cfg.master_weights == 1;
+}
+
 // Everything a run holds, made from the flags: the model and its ZeRO state, the data, the evals,
 // the log, and where the run is. train() below is its story.
 template <class Backend>
@@ -640,7 +724,7 @@ struct Run {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Zero<Backend>> zero;
     std::unique_ptr<GPT2<Backend>> model;  // after zero: it holds a reference to it
-    LossSum<Backend> train_loss;
+    LossSum<Backend> train_loss, eval_loss;  // kLossSums of them
     uint64_t sample_rng;
     OutlierDetector loss_z, grad_z;
     NonFiniteSteps nonfinite;
@@ -649,7 +733,7 @@ struct Run {
 
     Run(const TrainConfig& flags, Communicator& c)
         : cfg(flags), comm(c), rank(c.rank()), world(c.world()), prints_run(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
-          sample_rng((uint64_t)flags.seed * 2654435761u + 1), nonfinite(flags.nonfinite_limit), inputs((size_t)flags.B * flags.T), targets((size_t)flags.B * flags.T) {
+          sample_rng((uint64_t)flags.seed * 2654435761u + 1), nonfinite(flags.nonfinite_limit) {
         if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
         const std::string& dir = cfg.output_dir;
@@ -665,7 +749,17 @@ struct Run {
         const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
         if (!weights.empty()) mc = checkpoint_config(weights);
         if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
+        // the shard group the plan and zero/ take: --shard-group's where it can be done (else the
+        // error is said once the ranks agree on the flags, below); every rank asks for its node,
+        // whatever its flags, so that none waits in that collective alone
+        const int node_ranks = comm.ranks_per_node();
+        const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
+        shard_group = flags_error.empty() ? shard_group_ranks(cfg, world, node_ranks) : world;
+        size_memory();  // before the model's parameters take their memory
+        init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
+        inputs.resize((size_t)B * T);
+        targets.resize((size_t)B * T);
 
         train_data = std::make_unique<DataLoader>(cfg.train_data, B, T, rank, world, mc.vocab_size);
         if (cfg.shuffle) train_data->shuffle((uint64_t)cfg.seed);
@@ -680,19 +774,13 @@ struct Run {
         open_tokenizer();
         check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
         // the ranks agree on the flags: what they ask is said once, if it cannot be done
-        const int node_ranks = cfg.shard_group == "node" ? comm.ranks_per_node() : 0;
-        const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
         if (!flags_error.empty()) usage_error_everywhere(comm, flags_error);
-        shard_group = shard_group_ranks(cfg, world, node_ranks);
-
-        check_offload(mc);  // before the model's parameters take their memory
-        init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
-        zero = std::make_unique<Zero<Backend>>(cfg.zero_stage, param_groups(mc), comm,
-                                               ZeroOptions{cfg.master_weights == 1, cfg.offload == "cpu", shard_group,
-                                                           cfg.quantize_weights == "int8", cfg.quantize_grads == "int8"});
+        const RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
+        Backend::reserve(GPT2<Backend>::op_shapes(mc, B, T));
+        zero = make_zero<Backend>(shape, comm);
         zero->load(init.data());
         init = std::vector<float>();
-        model = std::make_unique<GPT2<Backend>>(mc, B, T, cfg.recompute, *zero);
+        model = make_model<Backend>(shape, *zero);
         if (resume_step > 0) restore_state(checkpoint_path(dir, "state", resume_step));
         print_setup();
         // a resumed run appends, after dropping what the interrupted one logged past its checkpoint
@@ -704,6 +792,8 @@ struct Run {
     ~Run() {
         if (log) fclose(log);
     }
+    // what this rank holds, by category, as its objects count it
+    MemoryUse memory() const { return memory_use(*zero, *model, Backend::memory()); }
 
 private:
     // text samples need the tokenizer; without it (or with another vocabulary) there are none
@@ -720,13 +810,30 @@ private:
             printf("no tokenizer at %s: no text samples\n", cfg.tokenizer.c_str());
         }
     }
-    // --offload cpu: the flags it cannot go with, and whether this rank's state fits in host memory
-    void check_offload(const GPT2Config& model) const {
-        if (cfg.offload != "cpu") return;
+    // -b auto (with -d, a B that divides it, so accumulation keeps it), and whether this rank's
+    // memory fits, from the run's plan (train/memory_plan.h), before anything large is
+    // allocated: one line and exit 1 when it does not
+    void size_memory() {
         check_offload_flags(cfg, Backend::has_master_weights);
-        const PartitionPlan plan(param_groups(model), cfg.zero_stage == 0 ? 1 : shard_group);
-        check_offload_fits(plan.shard_size(), sizeof(typename Backend::floatX));
+        const Planner plan = plan_memory<Backend>;
+        const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, true);
+        RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
+        if (B == kAutoBatch) {  // the largest B that fits every rank
+            shape.B = min_over_ranks(comm, auto_micro_batch(plan, shape, budget, cfg.total_batch));
+            if (shape.B == 0) {
+                shape.B = 1;
+                if (rank != 0) comm.barrier();  // rank 0 says why and ends the job
+                fatal(1, "-b auto: not even B=1 fits: %s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
+            }
+            if (prints_run) printf("%s\n", auto_batch_words(plan, shape, budget, cfg.total_batch).c_str());
+            B = shape.B;
+        }
+        const MemoryUse mine = plan(shape, rank);
+        const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
+        if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
+        if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
     }
+
     void restore_state(const std::string& path) {
         OptimizerState state = read_state(path, resume_step, mc, zero->has_master_weights());
         if (zero->has_master_weights() && state.master.empty())
@@ -756,15 +863,7 @@ private:
             if (cfg.quantize_grads != "none" && world == 1)
                 printf("note: --quantize-grads: one rank reduces nothing, so nothing is quantized\n");
         }
-        if (!cfg.quiet) {
-            const ZeroMemory& m = zero->memory();
-            const double MiB = 1 << 20;
-            printf("rank %d memory MiB: parameters %.2f | gradients %.2f | optimizer %.2f | activations %.2f | scratch %.2f | comm buffers %.2f",
-                   rank, m.params / MiB, m.grads / MiB, m.optimizer / MiB, model->activation_bytes() / MiB,
-                   model->scratch_bytes() / MiB, m.comm / MiB);
-            if (zero->offloads_optimizer()) printf(" || host: optimizer %.2f | staging %.2f", m.host_optimizer / MiB, m.host_staging / MiB);
-            printf("\n");
-        }
+        if (!cfg.quiet) printf("%s\n", memory_line(rank, memory()).c_str());
     }
 };
 
@@ -779,7 +878,7 @@ void evaluate_when_due(Run<Backend>& run, int step, bool last) {
     const TrainConfig& cfg = run.cfg;
     GPT2<Backend>& model = *run.model;
     if (run.val_data && (every(cfg.val_every, step) || last)) {
-        const double mine = validation_loss(model, *run.val_data, run.val_batches, run.B, run.T);
+        const double mine = validation_loss(model, *run.val_data, run.val_batches, run.B, run.T, run.eval_loss);
         const float val_loss = (float)(run.comm.all_reduce_host(mine) / run.world);
         if (run.prints_run) printf("val loss %.6f\n", val_loss);
         if (run.log) fprintf(run.log, "s:%d tel:%f\n", step, val_loss);
@@ -919,11 +1018,16 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         if (last) break;
 
         Backend::synchronize();
+        // a profiler started with --profile-from-start off (Nsight Compute in scripts/bench_gpu.sh)
+        // sees the last step alone; without one these do nothing
+        const bool profiled = step + 1 == run.max_steps;
+        if (profiled) Backend::profiler_start();
         const auto start = std::chrono::steady_clock::now();
         run.zero->reset_traffic();  // count this step's training traffic only
         const uint64_t launches_before = Backend::launches();
         records.push_back(train_step(run, step));
         Backend::synchronize();
+        if (profiled) Backend::profiler_stop();
         const uint64_t launches = Backend::launches() - launches_before;
         const auto now = std::chrono::steady_clock::now();
         report_step(run, step, records.back(), std::chrono::duration<double, std::milli>(now - start).count(),
@@ -935,6 +1039,9 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
                 printf("rank %d bytes moved per step: inside its group of %d: %s || across the %d groups: %s\n", run.rank,
                        run.zero->group_size(), bytes_said(t.inside).c_str(), run.zero->replica_count(), bytes_said(t.across).c_str());
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
+            if (const size_t taken = Backend::device_memory_taken())  // on a GPU: the buffers (as planned) against what the GPU lost
+                printf("rank %d device memory after step 1: %.2f MiB in the run's buffers, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
+                       run.rank, memory_total(run.memory(), false) / 1048576.0, taken / 1048576.0, Backend::device_memory_in_use() / 1048576.0);
         }
         peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
         if (hook) hook(step, *run.zero);
@@ -946,6 +1053,43 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     if (peak_device_bytes > 0 && !cfg.quiet)
         printf("rank %d peak device memory in use after a step (every process on the GPU): %.2f MiB\n", run.rank, peak_device_bytes / 1048576.0);
     return records;
+}
+
+// --plan: the memory plan of the run the flags describe on -pn ranks (else as many as mpirun
+// started, else one), printed by rank 0 alone, without MPI, data or model memory. `device_seen`:
+// this backend's device is here to ask for its free memory (else --device-memory must say).
+template <class Backend>
+void print_memory_plan(TrainConfig cfg, bool device_seen) {
+    const char* rank_env = getenv("OMPI_COMM_WORLD_RANK");
+    if (rank_env != nullptr && atoi(rank_env) != 0) return;
+    const char* world_env = getenv("OMPI_COMM_WORLD_SIZE");
+    const int world = cfg.num_processes > 0 ? cfg.num_processes : world_env != nullptr && atoi(world_env) > 0 ? atoi(world_env) : 1;
+    GPT2Config mc;
+    const int resume_step = cfg.resume && !cfg.output_dir.empty() ? latest_checkpoint(cfg.output_dir) : 0;
+    if (resume_step > 0) mc = checkpoint_config(checkpoint_path(cfg.output_dir, "model", resume_step));
+    else if (!config_from_descriptor(cfg.init, &mc)) mc = checkpoint_config(cfg.init);
+    if (cfg.T <= 0 || cfg.T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", cfg.T, mc.max_seq_len);
+    check_offload_flags(cfg, Backend::has_master_weights);
+    if (!device_seen && cfg.device_memory.empty())
+        fatal(2, "--plan --device %s: no GPU here to ask for its free memory; give --device-memory (e.g. 80GiB)", cfg.device.c_str());
+    const Planner plan = plan_memory<Backend>;
+    // ranks mpirun started share this node's memory as the run's would; -pn's are elsewhere
+    const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, cfg.num_processes == 0);
+    // --shard-group node: the ranks mpirun put on this node (-pn's are elsewhere: not known)
+    if (cfg.shard_group == "node" && cfg.num_processes > 0 && cfg.zero_stage > 0)
+        fatal(2, "--plan -pn %d --shard-group node: the plan cannot see how many ranks each node will hold; give the group size (--shard-group N)",
+              cfg.num_processes);
+    const int node_ranks = local_ranks();
+    const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
+    if (!flags_error.empty()) fatal(2, "%s", flags_error.c_str());
+    RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world, shard_group_ranks(cfg, world, node_ranks));
+    if (cfg.B == kAutoBatch) {
+        shape.B = std::max(1, auto_micro_batch(plan, shape, budget, cfg.total_batch));
+        printf("-b auto: B=%d\n", shape.B);
+    }
+    const long per_micro = (long)shape.B * shape.T * world, total_batch = cfg.total_batch > 0 ? cfg.total_batch : per_micro;
+    if (total_batch % per_micro != 0) fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, per_micro);
+    print_plan(plan, shape, (int)(total_batch / per_micro), budget, offload_allowed<Backend>(cfg), Backend::name, stdout);
 }
 
 // ----------------------------------------------------------------------------
@@ -969,6 +1113,12 @@ int main(int argc, char** argv) {
 #ifdef __CUDACC__
     std::string no_cuda;  // CUDA's reason, when it finds no GPU
     bool use_cuda = cfg.device != "cpu" && CudaBackend::available(&no_cuda);
+    if (cfg.plan) {  // a plan for a GPU may be made where there is none
+        if (cfg.T == 0) cfg.T = use_cuda || cfg.device == "cuda" ? 1024 : 64;
+        if (use_cuda || cfg.device == "cuda") print_memory_plan<CudaBackend>(cfg, use_cuda);
+        else print_memory_plan<CpuBackend>(cfg, true);
+        return 0;
+    }
     if (cfg.device == "cuda" && !use_cuda) fatal(2, "--device cuda: no CUDA GPU is visible (%s)", no_cuda.c_str());
     // said once, by rank 0 (OpenMPI names it before MPI starts)
     const char* rank_env = getenv("OMPI_COMM_WORLD_RANK");
@@ -977,6 +1127,11 @@ int main(int argc, char** argv) {
 #else
     if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
     const bool use_cuda = false;
+    if (cfg.plan) {
+        if (cfg.T == 0) cfg.T = 64;
+        print_memory_plan<CpuBackend>(cfg, true);
+        return 0;
+    }
 #endif
 #ifdef NO_MPI
     if (cfg.T == 0) cfg.T = use_cuda ? 1024 : 64;

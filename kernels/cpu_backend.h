@@ -17,6 +17,7 @@
 #include "cpu/quantize.h"
 #include "cpu/residual.h"
 #include "../common/io.h"
+#include "backend_memory.h"
 #include "shard_table.h"
 
 struct CpuBackend {
@@ -45,6 +46,8 @@ struct CpuBackend {
     }
     static void synchronize() {}
     static uint64_t launches() { return 0; }  // no kernels here
+    static void profiler_start() {}
+    static void profiler_stop() {}
     static void accumulate(floatX* dst, const floatX* src, size_t n) { cpu::residual_forward(dst, dst, src, n); }
     static void upload_fp32(floatX* dst, const float* host, size_t n) { memcpy(dst, host, n * 4); }
     static void download_fp32(float* host, const floatX* src, size_t n) { memcpy(host, src, n * 4); }
@@ -164,4 +167,12 @@ struct CpuBackend {
         cpu::adamw_update(params, master, grads, m, v, table, count, s);
     }
     static size_t device_memory_in_use() { return 0; }  // no device
+    static size_t device_memory_taken() { return 0; }
+
+    // what the backend holds besides the model's and zero/'s buffers (kernels/backend_memory.h):
+    // nothing; its "device" memory is the host's
+    static constexpr bool device_is_host = true;
+    static BackendMemory planned_memory(const OpShapes&) { return {}; }
+    static void reserve(const OpShapes&) {}
+    static BackendMemory memory() { return {}; }
 };

@@ -89,8 +89,9 @@ $(CUDA_OUT)test/test_zero_cuda $(CUDA_OUT)test/test_zero_cuda_fp32: test/test_ze
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_TRAIN_FLAGS) $< -o $@ $(NVCC_TRAIN_LIBS) $(GTEST_FLAGS)
 
-# attention alone at the training shapes (scripts/bench_gpu.sh runs it)
-$(CUDA_OUT)scripts/bench_attention: scripts/bench_attention.cu $(CUDA_HEADERS)
+# attention alone, and the step's GEMMs with each algorithm cuBLASLt offers, at the training
+# shapes (scripts/bench_gpu.sh runs them)
+$(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm: $(CUDA_OUT)scripts/%: scripts/%.cu scripts/bench_cuda.cuh $(CUDA_HEADERS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 
@@ -101,5 +102,5 @@ $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm
 	rm -rf build/candidate

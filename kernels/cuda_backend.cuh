@@ -4,12 +4,16 @@
 // so their order is program order; to_host and from_host wait for it, nothing else does.
 // Call CudaBackend::init(local_rank) before anything else.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include <cuda_profiler_api.h>
+
+#include "backend_memory.h"
 #include "cpu/adamw.h"  // the host AdamW of ZeRO-Offload
 #include "cuda/adamw.cuh"
 #include "cuda/attention.cuh"
@@ -104,6 +108,9 @@ struct CudaBackend {
     static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
     // kernels and cuBLASLt matmuls queued since init
     static uint64_t launches() { return gpu::ctx().launches; }
+    // the range a profiler started with --profile-from-start off measures
+    static void profiler_start() { CUDA_CHECK(cudaProfilerStart()); }
+    static void profiler_stop() { CUDA_CHECK(cudaProfilerStop()); }
     static void accumulate(floatX* dst, const floatX* src, size_t n) { gpu::accumulate(dst, src, n); }
     // fp32 host <-> floatX device (round to nearest on the way in)
     static void upload_fp32(floatX* dst, const float* host, size_t n) {
@@ -132,8 +139,17 @@ struct CudaBackend {
     static void in_chunks(size_t n, F f) {
         for (size_t i = 0; i < n; i += gpu::kConvertChunk) {
             size_t len = n - i < gpu::kConvertChunk ? n - i : gpu::kConvertChunk;
-            f(i, len, (float*)gpu::scratch(len * sizeof(float)));
+            f(i, len, (float*)gpu::scratch(conversion_scratch_bytes(len)));
         }
+    }
+    // the scratch converting n elements asks for (none in the fp32 build)
+    static size_t conversion_scratch_bytes(size_t n) {
+#ifdef ENABLE_FP32
+        (void)n;
+        return 0;
+#else
+        return std::min(n, gpu::kConvertChunk) * sizeof(float);
+#endif
     }
 
     // ops: the headers in kernels/cuda/ say how; kernels/cpu/ says what
@@ -249,5 +265,52 @@ struct CudaBackend {
         size_t free = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free, &total));
         return total - free;
+    }
+    // bytes of device memory free on this GPU
+    static size_t device_memory_free() {
+        size_t free = 0, total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free, &total));
+        return free;
+    }
+    // bytes free on the GPU before this process allocated any: as init() found them, the context
+    // made; before init(), now
+    static size_t device_memory_free_at_start() {
+        const gpu::Context& c = gpu::context_raw();
+        return c.ready ? c.free_at_init : device_memory_free();
+    }
+    // bytes the GPU has lost since init() made the context: what this process allocated, the
+    // kernels loaded since and what the libraries took (and any other process's allocations)
+    static size_t device_memory_taken() {
+        const size_t before = gpu::ctx().free_at_init, now = device_memory_free();
+        return before > now ? before - now : 0;
+    }
+    static int device_count() {
+        int n = 0;
+        CUDA_CHECK(cudaGetDeviceCount(&n));
+        return n;
+    }
+
+    // What the backend holds besides the model's and zero/'s buffers (kernels/backend_memory.h):
+    // cuBLASLt's workspace and the norm's counter from init(); the scratch, sized for the most any
+    // op asks for at these shapes (each op's *_scratch_bytes is what the op itself asks for); two
+    // pinned upload buffers of the largest batch upload. planned_memory() touches no GPU.
+    static constexpr bool device_is_host = false;
+    static size_t scratch_bytes(const OpShapes& s) {
+        const int BT = s.B * s.T;
+        return std::max({gpu::matmul_backward_scratch_bytes(BT, s.widest_bias), gpu::layernorm_backward_scratch_bytes(BT, s.C),
+                         gpu::attention_backward_scratch_bytes(s.B, s.T, s.NH), gpu::encoder_backward_scratch_bytes(s.B, s.T, s.C),
+                         gpu::grad_norm_scratch_bytes(), conversion_scratch_bytes(s.largest_conversion)});
+    }
+    static BackendMemory planned_memory(const OpShapes& s) {
+        return {gpu::kContextBufferBytes, scratch_bytes(s), 2 * s.largest_upload, 3};
+    }
+    static void reserve(const OpShapes& s) {
+        gpu::reserve_scratch(scratch_bytes(s));
+        gpu::reserve_uploads(s.largest_upload);
+    }
+    static BackendMemory memory() {
+        const gpu::Context& c = gpu::ctx();
+        return {c.lt_workspace_size + sizeof(*c.norm_done), c.scratch_size, c.uploads[0].size + c.uploads[1].size,
+                c.scratch != nullptr ? 3u : 2u};
     }
 };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmark: attention alone beside PyTorch's; each kernel outside attention and the GEMMs;
-# tok/s and MFU of d12 (B=64, T=1024) with its losses and, kernel by kernel, where its step goes
-# (Nsight Compute); d48 (with and without recomputation, and with --offload cpu: the optimizer on
+# the step's GEMMs with each algorithm cuBLASLt offers; tok/s and MFU of d12 (B=64, T=1024) with
+# its losses and, kernel by kernel, where its step goes (Nsight Compute); d48 (with and without recomputation, and with --offload cpu: the optimizer on
 # the host) and d24 on one GPU, with peak device memory; the ZeRO stages. MFU is the trainer's own
 # (its step lines: 6N + 6LCT FLOPs per token, N with the padded vocabulary, as llm.c counts,
 # against the GPU's dense peak in train/progress.h), averaged here.
@@ -43,7 +43,7 @@ bench() {  # DESC B STEPS RECOMPUTE [more train_gpt flags]
     shift 4
     out=$(timed "$TRAIN_GPT" --device cuda -e "$desc" -b "$b" -t 1024 -x "$steps" -r "$r" -v 0 -s 0 -o "" -i "$DATA" "$@")
     report "$desc B=$b T=1024 r=$r${*:+ $*}" "$b" "$out" || return
-    echo "$out" | grep -E '^rank 0 (memory|peak device memory|kernel launches)'
+    echo "$out" | grep -E '^rank 0 (memory|peak device memory|device memory after step 1|kernel launches)'
     # the same seed and tokens in every build: losses to compare between them
     echo "  losses: $(echo "$out" | awk '/^step/ { n = $2; sub(/\/.*/, "", n); if (n == 1 || n % 10 == 0) printf "%s %s  ", n, $5 }')"
 }
@@ -61,12 +61,18 @@ fi
 # encoder backward also on Tiny Shakespeare's tokens when make data has written them
 SHAKESPEARE=data/tinyshakespeare/tiny_shakespeare_train.bin
 if [ -x "$BUILD/test/bench_kernels_cuda" ]; then timed "$BUILD/test/bench_kernels_cuda" $([ -f "$SHAKESPEARE" ] && echo "$SHAKESPEARE"); fi
-bench d12 64 50 1
-# where a d12 step's time goes, kernel by kernel (Nsight Compute; 2 steps, per step)
+# the step's GEMMs: the algorithm in use against the others cuBLASLt offers for each
+if [ "$BUILD" = . ] && [ -x scripts/bench_gemm ]; then timed scripts/bench_gemm; fi
+d12=$(bench d12 64 50 1)
+echo "$d12"
+# where a d12 step's time goes, kernel by kernel (Nsight Compute on the last of 3 steps, caches
+# as the run leaves them), and how much of the step above no kernel ran
 if command -v ncu >/dev/null; then
-    timed ncu --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv --page raw \
-        "$TRAIN_GPT" --device cuda -e d12 -b 64 -t 1024 -x 2 -r 1 -v 0 -s 0 -o "" -i "$DATA" >/tmp/bench_ncu.csv &&
-        python3 scripts/kernel_table.py /tmp/bench_ncu.csv 2 || echo "kernel table: FAILED ($(tail -1 /tmp/bench_ncu.csv))"
+    timed ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        --print-kernel-base function --csv --page raw \
+        "$TRAIN_GPT" --device cuda -e d12 -b 64 -t 1024 -x 3 -r 1 -v 0 -s 0 -o "" -i "$DATA" >/tmp/bench_ncu.csv &&
+        python3 scripts/kernel_table.py /tmp/bench_ncu.csv 1 $(echo "$d12" | sed -n 's/^bench d12 .*: \([0-9.]*\) ms\/step.*/\1/p') ||
+        echo "kernel table: FAILED ($(tail -1 /tmp/bench_ncu.csv))"
 else
     echo "kernel table: skipped (no ncu)"
 fi

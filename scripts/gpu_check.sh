@@ -13,7 +13,7 @@
 #   run(carry=[".deps"], command="bash scripts/gpu_check.sh --only kernels --budget 240", timeout_s=300)
 #
 # Options:
-#   --only WORDS         a comma list of phases (kernels, zero, bench, memcheck) and builds
+#   --only WORDS         a comma list of phases (kernels, zero, train, bench, memcheck) and builds
 #                        (default, candidate) to run, e.g. --only candidate,kernels; each phase
 #                        builds what it runs
 #   --filter PATTERN     GoogleTest's --gtest_filter for every test binary, e.g. 'Cuda.Attention*'
@@ -48,6 +48,9 @@
 #                    (bf16 58 s of tests; fp32 36 s up to Cuda.Classifier, the rest not yet timed)
 #   zero      100 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
 #                    (5 s, 19 s; bf16 on 3 ranks about 2 s a test, 33 tests)
+#   train      60 s  the trainer's own checks on the GPU (default build): test/test_memory_plan_gpu.sh
+#                    (the plan against what the runs take) and test/test_divergence.sh (a NaN model
+#                    refused, a diverging run stopped with exit 3, its checkpoint kept); not yet timed
 #   bench     230 s  bench_gpu.sh per build, --timeout a run (attention, kernels, d12 and its
 #                    kernel table, d48, offload, d24, ZeRO 0-3: the most wanted first)
 #   memcheck  150 s  only with --memcheck; memcheck slows kernels tens of times
@@ -84,16 +87,16 @@ while [ $# -gt 0 ]; do
 done
 [[ $timeout_s =~ ^[1-9][0-9]*$ ]] || usage "--timeout wants whole seconds, not '$timeout_s'"
 [[ $budget =~ ^[1-9][0-9]*$ ]] || usage "--budget wants whole seconds, not '$budget'"
-phases=(kernels zero bench) builds=(default candidate)
+phases=(kernels zero train bench) builds=(default candidate)
 [ -n "$memcheck" ] && phases+=(memcheck)
 if [ -n "$only" ]; then
     want_phases=() want_builds=()
     for w in ${only//,/ }; do
         case $w in
-            kernels | zero | bench) want_phases+=("$w") ;;
+            kernels | zero | train | bench) want_phases+=("$w") ;;
             memcheck) want_phases+=("$w"); memcheck=${memcheck:-$MEMCHECK_FILTER} ;;
             default | candidate) want_builds+=("$w") ;;
-            *) usage "--only takes kernels, zero, bench, memcheck, default, candidate; not '$w'" ;;
+            *) usage "--only takes kernels, zero, train, bench, memcheck, default, candidate; not '$w'" ;;
         esac
     done
     [ ${#want_phases[@]} -gt 0 ] && phases=("${want_phases[@]}")
@@ -175,11 +178,11 @@ say "build: sm_${arch:-90}, MPI $([ -n "$mpi" ] && echo "${mpi#"$PWD"/}" || echo
 [ ${#builds[@]} -gt 0 ] || exit 1
 
 # each phase's deadline: its share of the budget, the shares of the phases run scaled to it
-declare -A share=([build]=60 [kernels]=150 [zero]=100 [bench]=230 [memcheck]=150) deadline=()
+declare -A share=([build]=60 [kernels]=150 [zero]=100 [train]=60 [bench]=230 [memcheck]=150) deadline=()
 total=${share[build]}
 for p in "${phases[@]}"; do total=$((total + share[$p])); done
 sum=0 until=""
-for p in build kernels zero bench memcheck; do
+for p in build kernels zero train bench memcheck; do
     [ "$p" = build ] || has "$p" "${phases[@]}" || continue
     sum=$((sum + share[$p]))
     deadline[$p]=$((START + budget * sum / total))
@@ -198,7 +201,8 @@ zero_bins=(test/test_zero_cuda test/test_zero_cuda_fp32)
 targets=()
 { has kernels "${phases[@]}" || has memcheck "${phases[@]}"; } && targets+=("${kernels_bins[@]}")
 has zero "${phases[@]}" && [ -n "$mpi" ] && targets+=("${zero_bins[@]}")
-has bench "${phases[@]}" && targets+=(train_gpt scripts/bench_attention test/bench_kernels_cuda)
+has bench "${phases[@]}" && targets+=(train_gpt scripts/bench_attention scripts/bench_gemm test/bench_kernels_cuda)
+has train "${phases[@]}" && targets+=(train_gpt)
 jobs=$(($(nproc) / ${#builds[@]}))
 declare -A maker=()
 for b in "${builds[@]}"; do
@@ -335,6 +339,38 @@ if has zero "${phases[@]}"; then
         1) say "SKIP  NCCL: one GPU" ;;
         *) say "SKIP  NCCL: the ZeRO tests put every rank on GPU 0" ;;
     esac
+fi
+
+# NAME UNTIL SCRIPT...: a test script that ends "ok: ..." (PASS), "skipped: no GPU" or "FAIL: ..."
+run_script() {
+    local name=$1 until=$2; shift 2
+    local log="$logs/${name//[^A-Za-z0-9]/_}.log" secs rc
+    secs=$(limit "$timeout_s" "$until")
+    [ "$secs" -ge 5 ] || { say "SKIP  $name (out of time)"; return; }
+    timeout -k 10 "$secs" "$@" >"$log" 2>&1
+    rc=$?
+    if grep -q '^skipped: no GPU' "$log"; then
+        say "$([ "$gpus" -gt 0 ] && echo "FAIL  $name: skipped, though nvidia-smi lists $gpus GPU(s)" || echo "SKIP  $name: no GPU")"
+    elif [ $rc -eq 0 ]; then
+        say "PASS  $name: $(grep -v '^ *$' "$log" | tail -1 | cut -c1-300)"
+    else
+        say "FAIL  $name ($(how_ended $rc)): $(grep -a -E '^FAIL' "$log" | head -1 | cut -c1-300)"
+        grep -a -v -E '^FAIL' "$log" | tail -8 | details "$name"
+    fi
+}
+
+if has train "${phases[@]}"; then
+    phase_start=$SECONDS
+    if ! has default "${builds[@]}"; then
+        say "SKIP  train: its checks run the default build"
+    elif [ ! -x train_gpt ]; then
+        say "FAIL  train: ./train_gpt not built"
+    else
+        run_script "memory plan on the GPU" "${deadline[train]}" bash test/test_memory_plan_gpu.sh ./train_gpt
+        if [ "$gpus" -eq 0 ]; then say "SKIP  divergence on the GPU: no GPU"
+        elif [ -z "$(command -v mpirun)" ]; then say "SKIP  divergence on the GPU: no mpirun"
+        else run_script "divergence on the GPU" "${deadline[train]}" bash test/test_divergence.sh; fi
+    fi
 fi
 
 if has bench "${phases[@]}"; then

@@ -1,10 +1,13 @@
 """Per-kernel table of a training run profiled by Nsight Compute: time per step summed by kernel
 name, with calls per step and share, and the totals of attention, the GEMMs and everything else.
 
-    ncu --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function \\
-        --csv --page raw ./train_gpt ... -x STEPS > profile.csv
-    python3 scripts/kernel_table.py profile.csv STEPS
+    ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum \\
+        --print-kernel-base function --csv --page raw ./train_gpt ... > profile.csv
+    python3 scripts/kernel_table.py profile.csv STEPS [STEP_MS]
 
+train_gpt has the profiler measure its last step alone (STEPS 1). Given STEP_MS, the step's wall time
+in a run without the profiler, it also says how much of the step no kernel ran: the cost of launching
+(a CUDA graph would save at most that) and of the host's work between kernels.
 scripts/bench_gpu.sh runs it on a d12 run. Reads the CSV that ncu writes (a header row, a row of
 units, then one row per kernel launch; any lines ncu prints before the header are skipped)."""
 import csv
@@ -24,9 +27,10 @@ def group(name):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: kernel_table.py PROFILE.csv STEPS")
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: kernel_table.py PROFILE.csv STEPS [STEP_MS]")
     path, steps = sys.argv[1], int(sys.argv[2])
+    step_ms = float(sys.argv[3]) if len(sys.argv) == 4 else None
     with open(path, newline="") as f:
         lines = f.readlines()
     start = next((i for i, line in enumerate(lines) if "Kernel Name" in line), None)
@@ -53,6 +57,10 @@ def main():
         sys.exit(f"{path}: no kernel times")
     print(f"kernel table: {sum(calls.values()) / steps:.0f} kernels per step, {total / steps:.2f} ms of kernel time per step "
           f"(ncu gpu__time_duration.sum over {steps} steps)")
+    if step_ms is not None:
+        gap = step_ms - total / steps
+        print(f"kernel table: a step takes {step_ms:.2f} ms, {gap:.2f} ms ({100 * gap / step_ms:.1f}%) more than its kernels "
+              f"(launches and host work between them)")
     groups = defaultdict(float)
     for name, ms in per_name.items():
         groups[group(name)] += ms

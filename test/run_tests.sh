@@ -20,25 +20,27 @@ gtest_counts() {
 }
 
 run_gtest() {  # NAME COMMAND...
-    local name=$1; shift
+    local name=$1 t0=$SECONDS; shift
     echo "== $name"
     if ! timeout 900 "$@" --gtest_color=no >"$log" 2>&1; then grep -a -E -A4 'Failure$|FAILED|error' "$log" | head -60; fi
     gtest_counts "$log"
     grep -a -E '^\[  (PASSED|FAILED)  \]|skipped' "$log" | head -5
+    echo "   ($((SECONDS - t0)) s)"
 }
 
-run_check() {  # NAME COMMAND...
-    local name=$1; shift
+run_check() {  # NAME COMMAND...: passes on exit 0 (skipped when it says "skipped: no GPU")
+    local name=$1 t0=$SECONDS; shift
     echo "== $name"
     if timeout 900 "$@" >"$log" 2>&1; then
-        passed=$((passed + 1)); echo "ok"
+        if grep -q '^skipped: no GPU' "$log"; then skipped=$((skipped + 1)); echo "skipped: no GPU"; else passed=$((passed + 1)); echo "ok"; fi
     else
         failed=$((failed + 1)); tail -30 "$log"; echo "FAILED: $name"
     fi
+    echo "   ($((SECONDS - t0)) s)"
 }
 
 run_unittest() {  # NAME COMMAND...: a Python unittest script, each test counted; skipped ones as skipped
-    local name=$1 ok n bad skip; shift
+    local name=$1 ok n bad skip t0=$SECONDS; shift
     echo "== $name"
     if timeout 900 "$@" >"$log" 2>&1; then ok=1; else ok=0; fi
     n=$(grep -a -oE '^Ran [0-9]+ test' "$log" | grep -oE '[0-9]+')
@@ -48,6 +50,7 @@ run_unittest() {  # NAME COMMAND...: a Python unittest script, each test counted
     passed=$((passed + n - bad - skip)); failed=$((failed + bad)); skipped=$((skipped + skip))
     if [ "$bad" -gt 0 ]; then grep -a -E '^(FAIL|ERROR):|Error|assert' "$log" | head -20; fi
     tail -3 "$log"
+    echo "   ($((SECONDS - t0)) s)"
 }
 
 run_gtest "CPU ops vs their formulas in double" env OMP_NUM_THREADS=2 test/test_ops
@@ -63,6 +66,7 @@ for n in 1 2 3 4; do
 done
 run_check "rank failures end the job" bash test/test_failures.sh
 run_check "command line: main job runs with the defaults" bash test/test_cli.sh
+run_check "memory plan: --plan's lines are the runs', -b auto, what does not fit, README's table" bash test/test_memory_plan.sh
 run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash test/test_run_tiny.sh
 run_check "diverged runs: NaN parameter refused, exit 3 keeping the checkpoints, resume_loop.sh stops on 3 and 2" bash test/test_divergence.sh
 run_check "checkpoints synced before rename and DONE, a full disk says why and keeps the last one" bash test/test_durable_checkpoints.sh
@@ -72,6 +76,7 @@ run_check "make data in a fresh clone, offline: one line saying what to do, or m
 if [ -x test/test_kernels_cuda ]; then
     run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda
     run_check "attention kernels compile to mma.sync + ldmatrix, no spills (ptxas -v)" bash test/test_attention_build.sh
+    run_check "memory plan on a GPU: the run takes what --plan says" bash test/test_memory_plan_gpu.sh
 fi
 if [ -x build/candidate/test/test_kernels_cuda ] && grep -qs KERNELS_CANDIDATE kernels/cuda/*.cuh; then
     run_gtest "CUDA candidate kernels (KERNELS=candidate) vs CPU backend" build/candidate/test/test_kernels_cuda
@@ -79,6 +84,7 @@ fi
 
 run_unittest "int8 block quantizer (CPU kernels) vs NumPy" python3 test/test_quantize.py
 run_unittest "data scripts" python3 test/test_data_scripts.py
+run_unittest "Nsight Compute kernel table (scripts/kernel_table.py)" python3 test/test_kernel_table.py
 run_unittest "Hugging Face import and export vs transformers' GPT-2" /usr/bin/python3 test/test_hf.py
 # torch and transformers live in the system Python; the data script it calls needs tiktoken
 run_unittest "HellaSwag vs PyTorch on 1 and 2 ranks, plot of a real log" env DATA_PYTHON="$(command -v python3)" \

@@ -89,6 +89,16 @@ TEST(Flags, QuantizedGradientsNeedStage1To3) {
               "--quantize-grads int8: stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3");
 }
 
+// --device-memory's sizes: decimal and binary units, a bare number of bytes; nothing else
+TEST(Flags, DeviceMemorySizes) {
+    size_t bytes = 0;
+    const std::vector<std::pair<const char*, size_t>> sizes = {{"80GiB", 80ull << 30}, {"24GB", 24000000000ull}, {"512MiB", 512ull << 20},
+                                                               {"1.5TiB", 3ull << 39}, {"100KB", 100000}, {"4096", 4096}, {"7B", 7}};
+    for (const auto& [text, want] : sizes) EXPECT_TRUE(parse_size(text, &bytes) && bytes == want) << text << " -> " << bytes;
+    for (const char* bad : {"", "GiB", "80 GiB", "80gib", "-1GiB", "0", "nan", "inf"}) EXPECT_FALSE(parse_size(bad, &bytes)) << bad;
+    EXPECT_EQ(parse({"-b", "auto"}).B, kAutoBatch);
+}
+
 // The documented flags (README's table; ranges the README leaves unsaid are written here), spelled
 // out in the test rather than read from the parser's table, so that a wrong entry there fails.
 // Adding a flag to the parser means adding its row here (the --help test fails until then) and
@@ -106,7 +116,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"-e", "--init", {"d6"}, {}},
     {"-o", "--output", {"dir"}, {}},
     {"", "--tokenizer", {"t.bin"}, {}},
-    {"-b", "--batch", {"1", "65536"}, {"0", "65537", "4x"}},
+    {"-b", "--batch", {"1", "65536", "auto"}, {"0", "65537", "4x", "Auto"}},
     {"-t", "--seq-len", {"0", "1048576"}, {"-1", "1048577", "x"}},
     {"-d", "--total-batch", {"0", "1000000000000"}, {"-1", "1000000000001", "1e3"}},
     {"-x", "--max-steps", {"-1", "0", "1000000000"}, {"-2", "1000000001", "1.5"}},
@@ -153,9 +163,11 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--eps", {"1e-30", "1"}, {"0", "1.001", "x"}},
     {"", "--grad-clip", {"0", "1000000000"}, {"-0.001", "1000000001", "x"}},
     {"", "--device", {"cpu", "cuda", "auto"}, {"tpu"}},
+    {"", "--device-memory", {"80GiB", "24GB", "512MiB", "1.5TiB", "1073741824"}, {"0", "-1GiB", "80XB", "GiB", "x"}},
     {"", "--quiet", {"0", "1"}, {"-1", "2", "x"}},
 };
-const char* kHelpFlag = "--help";  // listed in --help besides the rows above (so is -h without a value)
+// listed in --help besides the rows above, taking no value: --help (so is -h without one), --plan
+const std::vector<std::string> kValuelessFlags = {"--help", "--plan"};
 
 // every field of TrainConfig, so two configs can be compared whole
 std::string describe(const TrainConfig& c) {
@@ -168,7 +180,7 @@ std::string describe(const TrainConfig& c) {
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
-      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit;
+      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit << '|' << c.device_memory << '|' << c.plan;
     return s.str();
 }
 
@@ -212,7 +224,7 @@ TEST(Flags, HelpListsTheDocumentedFlags) {
     fclose(out);
     std::istringstream help(text);
     free(text);
-    std::vector<std::string> listed, documented{kHelpFlag};
+    std::vector<std::string> listed, documented = kValuelessFlags;
     for (std::string line; std::getline(help, line);) {
         std::istringstream words(line);
         std::string word, names;

@@ -196,9 +196,9 @@ void expect_single_rank_training(int stage, int N) {
         // and gradients and fp32 master weights, m and v; fp32 without master weights on the CPU
         const ZeroMemory& m = zero.memory();
         const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
-        const uint64_t opt_per_elem = (TestBackend::has_master_weights ? 3 : 2) * 4;
-        const uint64_t want_opt = stage == 0 ? opt_per_elem * P : opt_per_elem * S;
-        bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != want_opt;
+        const uint64_t state_elements = stage == 0 ? P : S, master = TestBackend::has_master_weights ? 4 : 0;
+        bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 8 * state_elements ||
+                      m.master != master * state_elements;
         bad_memory += plan.shard_size() != (stage == 0 ? P : S);
 
         if (step == kSteps - 1) {
@@ -622,12 +622,12 @@ OffloadRun train_offload_case(MpiComm& comm, int stage, bool offload, const std:
         const ZeroMemory& m = zero.memory();
         const uint64_t P = shard_elements(1), S = shard_elements(stage == 0 ? 1 : comm.world()), X = sizeof(TestBackend::floatX);
         const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
-        const uint64_t state = (TestBackend::has_master_weights ? 3 : 2) * 4;
+        const uint64_t master = TestBackend::has_master_weights ? 4 : 0;
         if (offload)
-            run.bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 0 ||
+            run.bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 0 || m.master != 0 ||
                               m.host_optimizer != 12 * S || m.host_staging != X * S;
         else
-            run.bad_memory += m.optimizer != state * S || m.host_optimizer != 0 || m.host_staging != 0;
+            run.bad_memory += m.optimizer != 8 * S || m.master != master * S || m.host_optimizer != 0 || m.host_staging != 0;
     });
     comm.barrier();
     if (comm.rank() == 0) {
@@ -929,6 +929,114 @@ INSTANTIATE_TEST_SUITE_P(Cases, Quantized,
                          ::testing::Values(QuantCase{3, true, false}, QuantCase{1, false, true}, QuantCase{2, false, true},
                                            QuantCase{3, false, true}, QuantCase{3, true, true}),
                          quant_case_name);
+// The test backend, counting what it hands out: bytes held now and at most, in backend memory
+// and in pinned host memory. Only what goes through alloc and alloc_pinned: on CUDA the
+// backend's own buffers (kernels/backend_memory.h) are allocated within it.
+template <class Backend>
+struct TallyingBackend : Backend {
+    struct Tally {
+        std::map<void*, size_t> held;
+        size_t now = 0, most = 0;
+        void* add(void* p, size_t bytes) {
+            held[p] = bytes;
+            most = std::max(most, now += bytes);
+            return p;
+        }
+        void remove(void* p) {
+            now -= held.at(p);
+            held.erase(p);
+        }
+    };
+    static inline Tally device, pinned;
+    static void* alloc(size_t bytes) { return device.add(Backend::alloc(bytes), bytes); }
+    static void release(void* p) {
+        device.remove(p);
+        Backend::release(p);
+    }
+    static void* alloc_pinned(size_t bytes) { return pinned.add(Backend::alloc_pinned(bytes), bytes); }
+    static void release_pinned(void* p) {
+        pinned.remove(p);
+        Backend::release_pinned(p);
+    }
+};
+
+// The memory plan (train/memory_plan.h) against runs that allocate: at every stage, with and
+// without offload, at each recompute level, and at stages 1-3 in shard groups with quantized
+// collectives, on this many ranks, each rank's plan equals, byte for
+// byte and category by category, what its run's objects hold after a training step and a
+// validation, names nothing "unnamed", gives the same memory line, and its totals are what the
+// backend handed out at most over the run (device and pinned host memory, counted independently).
+// On CUDA the backend's own buffers are the process's, which the tests before used too: there
+// they are compared in a process of their own, by test/test_memory_plan_gpu.sh.
+#ifdef __CUDACC__
+constexpr bool kCompareBackendMemory = false;
+#else
+constexpr bool kCompareBackendMemory = true;
+#endif
+TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
+    using Tallying = TallyingBackend<TestBackend>;
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const int N = comm.world(), r = comm.rank();
+    std::vector<TrainConfig> cases;
+    for (int stage = 0; stage <= 3; stage++)
+        for (const bool offload : {false, true})
+            for (int recompute = 0; recompute <= 2; recompute++) {
+                cases.push_back(config(stage, kAccum, N));
+                cases.back().offload = offload ? "cpu" : "none";
+                cases.back().recompute = recompute;
+            }
+    // shard groups (2 of 2 on 4 ranks, groups of 1 on 2 and 3) and the quantized collectives' buffers
+    for (const int stage : {1, 2, 3}) {
+        cases.push_back(config(stage, kAccum, N));
+        cases.back().init = kQuantModelDesc;  // pieces large enough to be quantized
+        if (N > 1) cases.back().shard_group = N == 4 ? "2" : "1";
+        cases.back().quantize_grads = "int8";
+        if (stage == 3) cases.back().quantize_weights = "int8";
+    }
+    int bad = 0, compared = 0;
+    for (TrainConfig cfg : cases) {
+        cfg.val_every = 1;
+        cfg.val_steps = 1;
+        cfg.val_data = cfg.train_data;
+        GPT2Config mc;
+        config_from_descriptor(cfg.init, &mc);
+        const RunShape shape = run_shape(cfg, mc, kB, kT, N, shard_group_ranks(cfg, N, 0));
+        MemoryUse ran;
+        int differs = 0;
+        {
+            ::Run<Tallying> run(cfg, comm);
+            differs += run.zero->group_size() != (shape.shard_group > 0 ? shape.shard_group : N);
+            train_step(run, 0);
+            evaluate_when_due(run, 1, false);
+            ran = run.memory();
+        }
+        MemoryUse planned = plan_memory<TestBackend>(shape, r);
+        if (cfg.quantize_grads != "none" && N > 1) {  // the plan holds the quantized collectives' buffers
+            RunShape unquantized = shape;
+            unquantized.quantize_weights = unquantized.quantize_grads = false;
+            differs += plan_memory<TestBackend>(unquantized, r).zero.comm >= planned.zero.comm;
+        }
+        if (!kCompareBackendMemory) planned.backend = ran.backend = BackendMemory{};
+        // what the backend allocates within itself, not through alloc and alloc_pinned
+        const size_t backend_own = planned.backend.context + planned.backend.kernel_scratch;
+        const std::vector<MemoryCategory> p = memory_categories(planned), q = memory_categories(ran);
+        differs += planned.unnamed != 0 || memory_line(r, planned) != memory_line(r, ran) ||
+                      Tallying::device.most + backend_own != memory_total(planned, false) ||
+                      Tallying::pinned.most + planned.backend.pinned_uploads != memory_total(planned, true) ||
+                      Tallying::device.now != 0 || Tallying::pinned.now != 0;
+        for (size_t i = 0; i < p.size(); i++) differs += p[i].bytes != q[i].bytes;
+        if (differs)
+            ADD_FAILURE() << "rank " << r << " of " << N << ", " << shape_flags(shape) << ": planned\n  " << memory_line(r, planned)
+                          << " (unnamed " << planned.unnamed << ", device total " << memory_total(planned, false) << ")\nran\n  "
+                          << memory_line(r, ran) << " (allocated at most " << Tallying::device.most << " + backend " << backend_own
+                          << ", pinned " << Tallying::pinned.most << ")";
+        bad += differs != 0;
+        compared++;
+        Tallying::device = {}, Tallying::pinned = {};
+    }
+    EXPECT_EQ(failures_everywhere(bad), 0);
+    EXPECT_EQ(compared, 27);
+}
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees
 TEST(CommChoice, NcclWhenEveryLocalRankHasItsOwnGpu) {

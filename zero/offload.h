@@ -48,12 +48,6 @@ inline size_t host_memory_available() {
           needed, needed / 1073741824.0, available, available / 1073741824.0);
 }
 
-// before any large allocation: one line and exit 1 when it cannot fit
-inline void check_offload_fits(size_t shard_elements, size_t param_bytes) {
-    const size_t needed = offload_host_bytes(shard_elements, param_bytes), available = host_memory_available();
-    if (available > 0 && needed > available) offload_does_not_fit(needed, available);
-}
-
 template <class Backend>
 class HostOptimizer {
 public:
@@ -64,7 +58,6 @@ public:
     HostOptimizer(const std::vector<ShardTensor>& device_table, std::vector<std::pair<int, int>> group_entries,
                   size_t shard)
         : device_table_(device_table), host_table_(device_table), groups_(std::move(group_entries)) {
-        check_offload_fits(shard, sizeof(floatX));
         const bool fits = owned_.alloc_pinned(&master_, shard, &optimizer_bytes_) && owned_.alloc_pinned(&m_, shard, &optimizer_bytes_) &&
                           owned_.alloc_pinned(&v_, shard, &optimizer_bytes_) && owned_.alloc_pinned(&staging_, shard, &staging_bytes_);
         if (!fits) offload_does_not_fit(offload_host_bytes(shard, sizeof(floatX)), host_memory_available());

@@ -78,9 +78,10 @@
 #include "offload.h"
 #include "partition.h"
 
-// bytes held per rank, by category: in backend memory, and in host memory (offload)
+// bytes held per rank, by category: in backend memory (optimizer: Adam m and v; master: the
+// fp32 master weights), and in host memory (offload: master, m and v; the staging buffer)
 struct ZeroMemory {
-    size_t params = 0, grads = 0, optimizer = 0, comm = 0;
+    size_t params = 0, grads = 0, optimizer = 0, master = 0, comm = 0;
     size_t host_optimizer = 0, host_staging = 0;
 };
 
@@ -186,7 +187,7 @@ public:
         if (policy_.shards_grads) owned_.alloc(&grads_shard_, S, &memory_.grads);
         else owned_.alloc(&grads_full_, P, &memory_.grads);
         if (!options.offload_optimizer) {
-            if (master_in_state_) owned_.alloc(&master_, S, &memory_.optimizer);
+            if (master_in_state_) owned_.alloc(&master_, S, &memory_.master);
             owned_.alloc(&adam_m_, S, &memory_.optimizer);
             owned_.alloc(&adam_v_, S, &memory_.optimizer);
         }

@@ -76,11 +76,14 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 #endif
 }
 
+// the scratch attention_backward asks for: D, one float a (b, h, q)
+inline size_t attention_backward_scratch_bytes(int B, int T, int NH) { return (size_t)B * NH * T * sizeof(float); }
+
 // dqkv is overwritten; out is the forward's output (for D = rowsum(dout * out))
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                const float* lse, int B, int T, int C, int NH) {
     if (B == 0 || T == 0) return;
-    float* delta = (float*)scratch((size_t)B * NH * T * sizeof(float));
+    float* delta = (float*)scratch(attention_backward_scratch_bytes(B, T, NH));
     attention_backward_delta(delta, dout, out, B, T, C, NH);
 #ifdef ENABLE_FP32
     plain_attention_backward(dqkv, dout, qkv, lse, delta, B, T, C, NH);

@@ -76,11 +76,14 @@ inline void column_finish_add(floatX* dbias, floatX* dweight, const float* parti
     check_launch();
 }
 
+// the scratch column_sums_add asks for: a partial C-vector a chunk
+inline size_t column_sums_scratch_bytes(int N, int C) { return (size_t)ceil_div(N, kColumnSumRows) * C * sizeof(float); }
+
 // dbias += column sums of dout
 inline void column_sums_add(floatX* dbias, const floatX* dout, int N, int C) {
     if (N == 0 || C == 0) return;
     const int nchunks = ceil_div(N, kColumnSumRows);
-    float* partial = (float*)scratch((size_t)nchunks * C * sizeof(float));
+    float* partial = (float*)scratch(column_sums_scratch_bytes(N, C));
     const bool vec = C % x128::size == 0 && aligned16(dout);
     dim3 block(kWarp, kColumnSumThreadsY);
     if (vec)

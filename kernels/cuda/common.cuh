@@ -117,7 +117,20 @@ __device__ inline void store_rounded(__nv_bfloat16* out, float x, uint32_t seed,
 
 // ----------------------------------------------------------------------------
 // the process-wide context: one stream for every kernel, copy and collective; the cuBLASLt
-// handle and workspace; a growable scratch buffer that one op at a time may use.
+// handle and workspace; a scratch buffer that one op at a time may use; the pinned buffers the
+// batches are uploaded through. The scratch and upload buffers are sized up front for the run's
+// shapes (reserve_scratch, reserve_uploads; kernels/backend_memory.h), so a step allocates nothing.
+
+constexpr size_t kLtWorkspaceBytes = (size_t)32 << 20;
+// device bytes init_context allocates: cuBLASLt's workspace and the gradient norm's counter
+constexpr size_t kContextBufferBytes = kLtWorkspaceBytes + sizeof(unsigned);
+
+// a pinned host buffer a batch is uploaded from, and the event recorded after the upload from it
+struct PinnedUpload {
+    void* host = nullptr;
+    size_t size = 0;
+    cudaEvent_t read = nullptr;
+};
 
 struct Context {
     bool ready = false;
@@ -125,9 +138,13 @@ struct Context {
     cudaStream_t stream = nullptr;
     cublasLtHandle_t lt = nullptr;
     void* lt_workspace = nullptr;
-    size_t lt_workspace_size = 32u << 20;
+    size_t lt_workspace_size = kLtWorkspaceBytes;
+    unsigned* norm_done = nullptr;  // grad_norm_squared's count of finished blocks, left 0 by each launch
     void* scratch = nullptr;
     size_t scratch_size = 0;
+    PinnedUpload uploads[2];  // used in turn (upload_pinned)
+    int next_upload = 0;
+    size_t free_at_init = 0;  // device bytes free when the context was made, before its buffers
     int num_sms = 0;
     size_t max_smem_optin = 0;
     uint64_t launches = 0;  // kernels and cuBLASLt matmuls queued so far (check_launch counts them)
@@ -150,9 +167,13 @@ inline void init_context(int device) {
     c.max_smem_optin = prop.sharedMemPerBlockOptin;
     const char* sync = getenv("CUDA_SYNC_LAUNCHES");
     c.sync_launches = sync != nullptr && strcmp(sync, "1") == 0;
+    size_t total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&c.free_at_init, &total));  // the context is made by now
     CUDA_CHECK(cudaStreamCreate(&c.stream));
     CUBLAS_CHECK(cublasLtCreate(&c.lt));
     CUDA_CHECK(cudaMalloc(&c.lt_workspace, c.lt_workspace_size));
+    CUDA_CHECK(cudaMalloc(&c.norm_done, sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(c.norm_done, 0, sizeof(unsigned)));
     c.ready = true;
 }
 inline Context& ctx() {
@@ -162,42 +183,52 @@ inline Context& ctx() {
 }
 inline cudaStream_t stream() { return ctx().stream; }
 
-// Scratch memory valid until the next call. Growing it waits for the stream, so a kernel still
-// reading the old buffer is never freed under it.
+// the scratch buffer, reallocated to `bytes` (after the stream has drained, so a kernel still
+// reading the old one is never freed under it)
+inline void resize_scratch(size_t bytes) {
+    Context& c = ctx();
+    CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    if (c.scratch) CUDA_CHECK(cudaFree(c.scratch));
+    c.scratch_size = bytes;
+    CUDA_CHECK(cudaMalloc(&c.scratch, c.scratch_size));
+}
+// Scratch memory valid until the next call. A run reserves what its ops ask for at most
+// (reserve_scratch); past that (an op called alone, in the tests) it grows by a quarter more.
 inline void* scratch(size_t bytes) {
     Context& c = ctx();
-    if (bytes > c.scratch_size) {
-        CUDA_CHECK(cudaStreamSynchronize(c.stream));
-        if (c.scratch) CUDA_CHECK(cudaFree(c.scratch));
-        c.scratch_size = bytes + (bytes >> 2);
-        CUDA_CHECK(cudaMalloc(&c.scratch, c.scratch_size));
-    }
+    if (bytes > c.scratch_size) resize_scratch(bytes + (bytes >> 2));
     return c.scratch;
 }
+// the scratch made exactly `bytes` large, unless it is at least that already
+inline void reserve_scratch(size_t bytes) {
+    if (bytes > ctx().scratch_size) resize_scratch(bytes);
+}
 
-// Host -> device through two pinned buffers used in turn: src is copied into one at once (after
-// that buffer's previous upload has read it), so the caller may reuse src and the host does not
-// wait for the GPU to drain.
-inline void upload_pinned(void* dst, const void* src, size_t bytes) {
-    struct Pinned {
-        void* host = nullptr;
-        size_t size = 0;
-        cudaEvent_t read = nullptr;  // recorded after the upload from it
-    };
-    static Pinned buffers[2];
-    static int next = 0;
-    Pinned& p = buffers[next];
-    next ^= 1;
+// each upload buffer made exactly `bytes` large, unless it is at least that already (after the
+// upload from it, if any, has read it)
+inline void reserve_upload(PinnedUpload& p, size_t bytes) {
     if (p.read == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&p.read, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventSynchronize(p.read));  // a never-recorded event counts as done
-    if (bytes > p.size) {
-        if (p.host) CUDA_CHECK(cudaFreeHost(p.host));
-        CUDA_CHECK(cudaMallocHost(&p.host, bytes));
-        p.size = bytes;
-    }
+    if (bytes <= p.size) return;
+    if (p.host) CUDA_CHECK(cudaFreeHost(p.host));
+    CUDA_CHECK(cudaMallocHost(&p.host, bytes));
+    p.size = bytes;
+}
+inline void reserve_uploads(size_t bytes) {
+    for (PinnedUpload& p : ctx().uploads) reserve_upload(p, bytes);
+}
+
+// Host -> device through the two pinned buffers used in turn: src is copied into one at once
+// (after that buffer's previous upload has read it), so the caller may reuse src and the host
+// does not wait for the GPU to drain.
+inline void upload_pinned(void* dst, const void* src, size_t bytes) {
+    Context& c = ctx();
+    PinnedUpload& p = c.uploads[c.next_upload];
+    c.next_upload ^= 1;
+    reserve_upload(p, bytes);
     memcpy(p.host, src, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(dst, p.host, bytes, cudaMemcpyHostToDevice, stream()));
-    CUDA_CHECK(cudaEventRecord(p.read, stream()));
+    CUDA_CHECK(cudaMemcpyAsync(dst, p.host, bytes, cudaMemcpyHostToDevice, c.stream));
+    CUDA_CHECK(cudaEventRecord(p.read, c.stream));
 }
 
 // After every kernel launch and cuBLASLt matmul: reports a failed launch, naming the function

@@ -159,27 +159,61 @@ inline size_t encoder_backward_pieces_bytes(int BT, int C) {
     return (size_t)ceil_div(BT, kEncoderSegment) * 2 * C * sizeof(float);
 }
 
+// The PTX version CUB's kernels run as: the GPU's (what cub::PtxVersion says), or, asked where
+// no GPU is visible (a memory plan made on another machine), the newest this binary carries.
+inline int sort_ptx_version() {
+    static int ptx = 0;
+    if (ptx == 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
+            CUDA_CHECK(cub::PtxVersion(ptx));
+        } else {
+            (void)cudaGetLastError();  // clear the sticky error
+            for (int arch : {__CUDA_ARCH_LIST__}) ptx = std::max(ptx, arch);
+        }
+    }
+    return ptx;
+}
+
+// CUB's stable radix sort of n (key, value) pairs by the keys' bits 0..30 (token ids are
+// non-negative ints), tuned as for PTX version `ptx`, as cub::DeviceRadixSort::SortPairs does it.
+// With temp == nullptr it only sets temp_bytes, touching no GPU.
+inline cudaError_t sort_pairs(void* temp, size_t& temp_bytes, const int* keys_in, int* keys_out, const int* values_in,
+                              int* values_out, int n, int ptx, cudaStream_t s) {
+    using Sort = cub::DispatchRadixSort<cub::SortOrder::Ascending, int, int, cub::detail::choose_offset_t<int>>;
+    cub::DoubleBuffer<int> keys(const_cast<int*>(keys_in), keys_out), values(const_cast<int*>(values_in), values_out);
+    Sort sort(temp, temp_bytes, keys, values, n, 0, 31, false, s, ptx);
+    return Sort::max_policy_t::Invoke(ptx, sort);
+}
+
+// encoder_backward's scratch, in this order: positions, sorted tokens, sorted positions (3 BT
+// ints, padded), CUB's temporary storage (padded), then the wte backward's pieces of long runs
+struct EncoderScratch {
+    size_t ints_bytes, temp_bytes = 0, temp_padded, pieces_bytes;
+    EncoderScratch(int BT, int C) {
+        ints_bytes = ((size_t)3 * BT + 63) / 64 * 64 * sizeof(int);
+        CUDA_CHECK(sort_pairs(nullptr, temp_bytes, nullptr, nullptr, nullptr, nullptr, BT, sort_ptx_version(), nullptr));
+        temp_padded = (temp_bytes + 255) / 256 * 256;
+        pieces_bytes = encoder_backward_pieces_bytes(BT, C);
+    }
+    size_t bytes() const { return ints_bytes + temp_padded + pieces_bytes; }
+};
+// the scratch encoder_backward asks for
+inline size_t encoder_backward_scratch_bytes(int B, int T, int C) { return B * T == 0 ? 0 : EncoderScratch(B * T, C).bytes(); }
+
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
                              int B, int T, int C) {
     const int BT = B * T;
     if (BT == 0 || C == 0) return;
-    // scratch: positions, sorted tokens, sorted positions, CUB's temporary storage, then the
-    // wte backward's pieces of long runs
-    size_t temp_bytes = 0;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, (const int*)nullptr, (int*)nullptr,
-                                               (const int*)nullptr, (int*)nullptr, BT, 0, 31, stream()));
-    const size_t ints = ((size_t)3 * BT + 63) / 64 * 64;
-    const size_t temp_padded = (temp_bytes + 255) / 256 * 256;
-    int* pos = (int*)scratch(ints * sizeof(int) + temp_padded + encoder_backward_pieces_bytes(BT, C));
+    EncoderScratch layout(BT, C);
+    int* pos = (int*)scratch(layout.bytes());
     int* sorted_tokens = pos + BT;
     int* sorted_pos = pos + 2 * BT;
-    void* temp = pos + ints;
-    float* pieces = (float*)((char*)temp + temp_padded);
+    void* temp = (char*)pos + layout.ints_bytes;
+    float* pieces = (float*)((char*)temp + layout.temp_padded);
     iota_kernel<<<ceil_div(BT, 256), 256, 0, stream()>>>(pos, BT);
     check_launch();
-    // token ids are non-negative ints: bits 0..30 order them
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, pos, sorted_pos, BT,
-                                               0, 31, stream()));
+    CUDA_CHECK(sort_pairs(temp, layout.temp_bytes, tokens, sorted_tokens, pos, sorted_pos, BT, sort_ptx_version(), stream()));
     check_launch();  // one count for CUB's few kernels
     encoder_backward_wte(dwte, pieces, dout, sorted_tokens, sorted_pos, BT, C);
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256, 0, stream()>>>(dwpe, dout, B, T, C);

@@ -92,6 +92,14 @@ __device__ inline const floatX* b_operand_kn(const floatX* tile, int k0, int n0,
     return tile + (k0 + (lane & 15)) * kSmemLd<HS> + n0 + (lane >> 4) * 8;
 }
 
+// left += a b[0..1], right += a b[2..3]: the two n-tiles (8 columns each) that one ldmatrix_x4
+// of B operands holds
+__device__ inline void mma_two_n_tiles(float (&left)[4], float (&right)[4], const uint32_t (&a)[4],
+                                       const uint32_t (&b)[4]) {
+    mma_bf16_16816(left, a, b[0], b[1]);
+    mma_bf16_16816(right, a, b[2], b[3]);
+}
+
 // acc[.][n-tiles] += A (16 x HS a row tile) times the transpose of `tile`'s first N rows ([N][HS]):
 // scores of a warp's rows against a tile's rows, 16 columns at a time. rows(mt, kc, a) gives the
 // A operand of row tile mt, columns [16 kc, 16 kc + 16): from registers, or from shared memory.
@@ -108,10 +116,7 @@ __device__ inline void mma_rows_times_tile_t(float (&acc)[ROW_TILES][N / 8][4], 
             uint32_t b[4];
             ldmatrix_x4(b, b_operand_nk<HS>(tile, np * 16, kc * 16, lane));
 #pragma unroll
-            for (int mt = 0; mt < ROW_TILES; mt++) {
-                mma_bf16_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
-                mma_bf16_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
+            for (int mt = 0; mt < ROW_TILES; mt++) mma_two_n_tiles(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
         }
     }
 }
@@ -156,10 +161,7 @@ __device__ inline void mma_p_times_tile(float (&acc)[ROW_TILES][HS / 8][4], cons
             uint32_t b[4];
             ldmatrix_x4_trans(b, b_operand_kn<HS>(tile, kc * 16, dp * 16, lane));
 #pragma unroll
-            for (int mt = 0; mt < ROW_TILES; mt++) {
-                mma_bf16_16816(acc[mt][2 * dp], a[mt], b[0], b[1]);
-                mma_bf16_16816(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
-            }
+            for (int mt = 0; mt < ROW_TILES; mt++) mma_two_n_tiles(acc[mt][2 * dp], acc[mt][2 * dp + 1], a[mt], b);
         }
     }
 }

@@ -182,17 +182,25 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partial, const fl
     }
 }
 
+inline int layernorm_backward_blocks(int N, int C) {
+    return ceil_div(N, (size_t)layernorm_backward_warps(C) * kLayernormBackwardRowsPerWarp);
+}
+// the scratch layernorm_backward asks for: a block's dbias and dweight partial sums
+inline size_t layernorm_backward_scratch_bytes(int N, int C) {
+    return (size_t)2 * layernorm_backward_blocks(N, C) * C * sizeof(float);
+}
+
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                                const floatX* inp, const floatX* w, const float* mean, const float* rstd,
                                int N, int C) {
     if (N == 0 || C == 0) return;
     const int warps = layernorm_backward_warps(C);
-    const int blocks = ceil_div(N, (size_t)warps * kLayernormBackwardRowsPerWarp);
+    const int blocks = layernorm_backward_blocks(N, C);
     const size_t smem = (size_t)warps * 2 * C * sizeof(float);
     if (smem + 1024 > ctx().max_smem_optin)
         fatal(1, "layernorm backward: C=%d needs %zu bytes of shared memory, the GPU gives a block %zu", C, smem,
               ctx().max_smem_optin);
-    float* partial = (float*)scratch((size_t)2 * blocks * C * sizeof(float));
+    float* partial = (float*)scratch(layernorm_backward_scratch_bytes(N, C));
     const bool vec = C % x128::size == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
     auto kernel = vec ? layernorm_backward_kernel<true> : layernorm_backward_kernel<false>;
     static size_t opted_in[2] = {48 << 10, 48 << 10};  // beyond the default 48 KiB it must be asked for

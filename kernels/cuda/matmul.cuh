@@ -60,9 +60,10 @@ struct GemmEpilogue {
     const void* aux = nullptr;  // m x n like D, leading dimension m
 };
 
-inline GemmPlan make_gemm_plan(const GemmKey& key) {
+// The plan's descriptors, and the first `want` algorithms cuBLASLt's heuristic offers for it (at
+// most 1 for the model; scripts/bench_gemm times more), best first; returns how many it had.
+inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cublasLtMatmulHeuristicResult_t* heur) {
     Context& c = ctx();
-    GemmPlan g;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t opa = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
@@ -86,14 +87,20 @@ inline GemmPlan make_gemm_plan(const GemmKey& key) {
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align, sizeof(key.align)));
-    cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c.lt, g.desc, g.la, g.lb, g.ld, g.ld, pref, 1, &heur, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c.lt, g.desc, g.la, g.lb, g.ld, g.ld, pref, want, heur, &found));
     cublasLtMatmulPreferenceDestroy(pref);
+    return found;
+}
+
+inline GemmPlan make_gemm_plan(const GemmKey& key) {
+    GemmPlan g;
+    cublasLtMatmulHeuristicResult_t heur;
+    const int found = make_gemm_descriptors(key, g, 1, &heur);
     const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_BIAS;
     if (found == 0 && !optional)
-        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d", m, n, k, (int)key.trans_a,
-              (int)key.trans_b, (int)key.epilogue);
+        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d", key.m, key.n, key.k,
+              (int)key.trans_a, (int)key.trans_b, (int)key.epilogue);
     g.found = found > 0;
     if (g.found) g.algo = heur.algo;
     return g;
@@ -187,6 +194,10 @@ inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, c
     gemm_lt(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f);
     if (dbias != nullptr) column_sums_add(dbias, dout, N, OC);
 }
+
+// the scratch matmul_backward asks for at most: the bias gradient's column sums (none where
+// cuBLASLt sums them)
+inline size_t matmul_backward_scratch_bytes(int N, int OC) { return column_sums_scratch_bytes(N, OC); }
 
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                             const floatX* w, int N, int C, int OC, bool dbias_zeroed) {

@@ -41,17 +41,15 @@ __global__ void __launch_bounds__(kNormThreads) grad_norm_squared_kernel(float* 
     }
 }
 
+// the scratch grad_norm_squared asks for: one partial sum a block
+inline size_t grad_norm_scratch_bytes() { return kNormBlocks * sizeof(float); }
+
 inline void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
-    static unsigned* done = nullptr;  // zeroed once; each launch leaves it zero
-    if (done == nullptr) {
-        CUDA_CHECK(cudaMalloc(&done, sizeof(unsigned)));
-        CUDA_CHECK(cudaMemset(done, 0, sizeof(unsigned)));
-    }
     // small shards need no 512 blocks
     const size_t wanted = (table.elements + kNormThreads - 1) / kNormThreads;
     const int blocks = (int)std::min<size_t>(kNormBlocks, std::max<size_t>(1, wanted));
-    float* partial = (float*)scratch(kNormBlocks * sizeof(float));
-    grad_norm_squared_kernel<<<blocks, kNormThreads, 0, stream()>>>(out, partial, done, grads, table.device,
+    float* partial = (float*)scratch(grad_norm_scratch_bytes());
+    grad_norm_squared_kernel<<<blocks, kNormThreads, 0, stream()>>>(out, partial, ctx().norm_done, grads, table.device,
                                                                     table.count, table.elements);
     check_launch();
 }
