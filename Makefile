@@ -73,6 +73,11 @@ test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h test/toleranc
 	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
 TEST_BINS += test/test_ops_noblas test/test_model_noblas
 
+# the CPU quantizer on values from a file, for test/test_quantize.py's NumPy reference (a tool)
+test/quantize_rows: test/quantize_rows.cpp kernels/cpu/quantize.h kernels/quantize_blocks.h common/io.h | prerequisites-test
+	$(CXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@
+TEST_BINS += test/quantize_rows
+
 # the model's logits for test/test_hf.py (a tool, not a GoogleTest binary)
 test/model_logits: test/model_logits.cpp train_gpt.cu $(HEADERS) | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS)
@@ -96,4 +101,4 @@ gpu-rehearsal:
 
 clean:
 	rm -rf build
-	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32
+	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/quantize_rows test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32

@@ -288,6 +288,9 @@ struct TrainConfig {
     int shuffle = 1;
     int zero_stage = 0;
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
+    std::string shard_group = "all";  // ranks per shard group (hybrid sharding, zero/zero.h): all, node or N
+    std::string quantize_weights = "none";  // int8: stage 3's gathers as int8 blocks (zero/zero.h)
+    std::string quantize_grads = "none";    // int8: reductions at stages 1-3 as int8 blocks (zero/zero.h)
     int recompute = 1;
     int cuda_graph = 1;         // where it applies: one rank, -z 0 or 1, no offload (Run::graphs_apply)
     int master_weights = 1;
@@ -354,6 +357,9 @@ static const Flag kFlags[] = {
     {"", "--shuffle", 'i', FIELD(shuffle), 0, 1, "1: each epoch permutes shards and windows (from --seed); 0: file order"},
     {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
     {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
+    {"", "--shard-group", 's', FIELD(shard_group), 0, 0, "stages 1-3 shard within groups of N consecutive ranks, one replica per group: N | node | all"},
+    {"", "--quantize-weights", 's', FIELD(quantize_weights), 0, 0, "none | int8: stage 3 gathers parameters as int8 blocks with a scale each"},
+    {"", "--quantize-grads", 's', FIELD(quantize_grads), 0, 0, "none | int8: stages 1-3 reduce gradients as int8 blocks (an all-to-all), summed in fp32"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0-1, no offload)"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
@@ -391,6 +397,13 @@ inline bool one_of(const std::string& v, std::initializer_list<const char*> opti
     for (const char* o : options)
         if (v == o) return true;
     return false;
+}
+
+// a whole number in [1, max] written in decimal, else 0
+inline long parse_count(const std::string& v, long max) {
+    char* end = nullptr;
+    const long n = strtol(v.c_str(), &end, 10);
+    return !v.empty() && isdigit((unsigned char)v[0]) && *end == '\0' && n >= 1 && n <= max ? n : 0;
 }
 
 // Exits with code 2 and one line on any unknown flag or value out of range.
@@ -436,6 +449,10 @@ inline TrainConfig parse_args(int argc, char** argv) {
         fatal(2, "-k %s: expected cosine, linear, constant or wsd", cfg.schedule.c_str());
     if (!one_of(cfg.device, {"cpu", "cuda", "auto"})) fatal(2, "--device %s: expected cpu, cuda or auto", cfg.device.c_str());
     if (!one_of(cfg.offload, {"none", "cpu"})) fatal(2, "--offload %s: expected none or cpu", cfg.offload.c_str());
+    if (!one_of(cfg.shard_group, {"all", "node"}) && parse_count(cfg.shard_group, 1 << 20) == 0)
+        fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
+    if (!one_of(cfg.quantize_weights, {"none", "int8"})) fatal(2, "--quantize-weights %s: expected none or int8", cfg.quantize_weights.c_str());
+    if (!one_of(cfg.quantize_grads, {"none", "int8"})) fatal(2, "--quantize-grads %s: expected none or int8", cfg.quantize_grads.c_str());
     size_t bytes = 0;
     if (!cfg.device_memory.empty() && !parse_size(cfg.device_memory, &bytes))
         fatal(2, "--device-memory %s: expected a size such as 80GiB, 24GB, 512MiB or a number of bytes", cfg.device_memory.c_str());
@@ -596,6 +613,8 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
     if (given(cfg, "-ge")) printf("note: -ge: GELU runs inside the matmuls in the bf16 CUDA build wherever cuBLASLt offers it, as its own kernel elsewhere, whatever -ge says\n");
     if (given(cfg, "-pg")) printf("note: -pg: each rank takes a GPU by its rank on the node (from mpirun), not from -pg\n");
     if (given(cfg, "-ps") || given(cfg, "-pf")) printf("note: -ps/-pf: used by llm.c's tcp/fs start only; ranks here meet through mpirun\n");
+    if (cfg.shard_group != "all" && cfg.zero_stage == 0)
+        printf("note: --shard-group: stage 0 shards nothing (every rank holds everything); gradients are all-reduced over all ranks\n");
 }
 
 // --offload cpu keeps fp32 master weights on the host (DeepSpeed's layout); where the backend's
@@ -603,6 +622,35 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
 inline void check_offload_flags(const TrainConfig& cfg, bool params_narrower_than_fp32) {
     if (cfg.offload == "cpu" && params_narrower_than_fp32 && cfg.master_weights == 0)
         fatal(2, "--offload cpu keeps fp32 master weights on the host; it cannot go with -w 0");
+}
+
+// --shard-group as ranks per group: `node` the ranks mpirun put on each node (node_ranks, 0
+// when nodes differ), `all` (or stage 0, which shards nothing) the world
+inline int shard_group_ranks(const TrainConfig& cfg, int world, int node_ranks) {
+    if (cfg.zero_stage == 0 || cfg.shard_group == "all") return world;
+    return cfg.shard_group == "node" ? node_ranks : (int)parse_count(cfg.shard_group, 1 << 20);
+}
+
+// What the flags of zero/'s collectives (--shard-group, --quantize-*) ask that this run cannot
+// do, in one line ("" when nothing)
+inline std::string zero_flags_error(const TrainConfig& cfg, int world, int node_ranks) {
+    if (cfg.quantize_weights != "none" && cfg.zero_stage != 3)
+        return "--quantize-weights " + cfg.quantize_weights + ": only stage 3 gathers parameters (-z 3); this run is -z " + std::to_string(cfg.zero_stage);
+    if (cfg.quantize_grads != "none" && cfg.zero_stage == 0)
+        return "--quantize-grads " + cfg.quantize_grads + ": stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3";
+    const int N = shard_group_ranks(cfg, world, node_ranks);
+    if (N == 0) return "--shard-group node: the nodes hold different numbers of ranks, or ranks that are not consecutive; give the group size instead";
+    if (world % N != 0)
+        return "--shard-group " + cfg.shard_group + ": expected a divisor of the " + std::to_string(world) + " rank(s), each group a replica";
+    return "";
+}
+
+// A usage error that every rank finds alike (after check_ranks_agree): said once, by rank 0, and
+// the job ends with code 2
+[[noreturn]] inline void usage_error_everywhere(Communicator& comm, const std::string& line) {
+    if (comm.rank() == 0) fatal(2, "%s", line.c_str());
+    comm.barrier();  // rank 0's error ends every rank
+    exit(2);
 }
 
 // Linear warmup when -u is not given: none from a checkpoint (llm.c's default, whose runs start
@@ -618,12 +666,15 @@ inline int default_warmup(bool from_random, float beta2) {
 // memory: what a rank allocates, made by the same calls in the run and in its plan
 
 // the flags and model that decide a rank's memory
-inline RunShape run_shape(const TrainConfig& cfg, const GPT2Config& mc, int B, int T, int world) {
-    return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1};
+// (shard_group: ranks per shard group, shard_group_ranks(); the world: one group)
+inline RunShape run_shape(const TrainConfig& cfg, const GPT2Config& mc, int B, int T, int world, int shard_group) {
+    return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1, shard_group == world ? 0 : shard_group,
+            cfg.quantize_weights == "int8", cfg.quantize_grads == "int8"};
 }
 template <class Backend>
 std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm) {
-    return std::make_unique<Zero<Backend>>(s.stage, param_groups(s.model), comm, ZeroOptions{s.master_weights, s.offload});
+    return std::make_unique<Zero<Backend>>(s.stage, param_groups(s.model), comm,
+                                           ZeroOptions{s.master_weights, s.offload, s.shard_group, s.quantize_weights, s.quantize_grads});
 }
 template <class Backend>
 std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero) {
@@ -676,6 +727,7 @@ struct Run {
     bool prints_run;  // this rank prints the run's lines: rank 0, unless --quiet
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
+    int shard_group = 1;  // ranks per shard group (the world without --shard-group)
     long total_batch = 0;
     std::unique_ptr<DataLoader> train_data, val_data;
     std::unique_ptr<HellaSwag> hellaswag;
@@ -713,6 +765,12 @@ struct Run {
         const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
         if (!weights.empty()) mc = checkpoint_config(weights);
         if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
+        // the shard group the plan and zero/ take: --shard-group's where it can be done (else the
+        // error is said once the ranks agree on the flags, below); every rank asks for its node,
+        // whatever its flags, so that none waits in that collective alone
+        const int node_ranks = comm.ranks_per_node();
+        const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
+        shard_group = flags_error.empty() ? shard_group_ranks(cfg, world, node_ranks) : world;
         size_memory();  // before the model's parameters take their memory
         init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
@@ -731,8 +789,9 @@ struct Run {
         max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data->total_tokens() / total_batch);
         open_tokenizer();
         check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
-
-        const RunShape shape = run_shape(cfg, mc, B, T, world);
+        // the ranks agree on the flags: what they ask is said once, if it cannot be done
+        if (!flags_error.empty()) usage_error_everywhere(comm, flags_error);
+        const RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         Backend::reserve(GPT2<Backend>::op_shapes(mc, B, T));
         zero = make_zero<Backend>(shape, comm);
         zero->load(init.data());
@@ -774,7 +833,7 @@ private:
         check_offload_flags(cfg, Backend::has_master_weights);
         const Planner plan = plan_memory<Backend>;
         const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, true);
-        RunShape shape = run_shape(cfg, mc, B, T, world);
+        RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         if (B == kAutoBatch) {  // the largest B that fits every rank
             shape.B = min_over_ranks(comm, auto_micro_batch(plan, shape, budget, cfg.total_batch));
             if (shape.B == 0) {
@@ -801,15 +860,24 @@ private:
         if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
         if (prints_run) printf("resuming from step %d of %s\n", resume_step, cfg.output_dir.c_str());
     }
+    // hybrid sharding, for the setup line: "" with one group
+    std::string shard_groups_said() const {
+        if (shard_group == world) return "";
+        return " in " + std::to_string(world / shard_group) + " groups of " + std::to_string(shard_group) + " rank(s), one replica each";
+    }
     void print_setup() const {
         if (prints_run) {
             printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters\n", mc.num_layers, mc.num_heads, mc.channels,
                    mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, zero->plan().total());
-            printf("backend %s, %d rank(s), ZeRO stage %d | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
-                   Backend::name, world, cfg.zero_stage, B, T, total_batch, accum, max_steps, cfg.warmup);
+            printf("backend %s, %d rank(s), ZeRO stage %d%s | B=%d T=%d, %ld tokens/step, %d accumulation step(s) | %d steps, warmup %d\n",
+                   Backend::name, world, cfg.zero_stage, shard_groups_said().c_str(), B, T, total_batch, accum, max_steps, cfg.warmup);
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
             note_inapplicable_flags<Backend>(cfg);
+            if (cfg.quantize_weights != "none" && shard_group == 1)
+                printf("note: --quantize-weights: a shard group of one rank gathers nothing, so nothing is quantized\n");
+            if (cfg.quantize_grads != "none" && world == 1)
+                printf("note: --quantize-grads: one rank reduces nothing, so nothing is quantized\n");
         }
         if (!cfg.quiet) printf("%s\n", memory_line(rank, memory()).c_str());
     }
@@ -911,6 +979,14 @@ void report_step(const Run<Backend>& run, int step, const StepRecord& r, double 
     if (run.log) fprintf(run.log, "s:%d trl:%f norm:%f lr:%e ms:%f tok/s:%f\n", step, r.loss, r.norm, r.lr, ms, tok_per_s);
 }
 
+// bytes per collective, for the step line's companion
+inline std::string bytes_said(const CommCounters& c) {
+    char line[160];
+    snprintf(line, sizeof(line), "all-reduce %llu | reduce-scatter %llu | all-gather %llu | all-to-all %llu", (unsigned long long)c.all_reduce,
+             (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather, (unsigned long long)c.all_to_all);
+    return line;
+}
+
 // The checkpoint after `step` updates: model_N.bin (fp32 from an fp32 build, bf16 from a bf16
 // one, as llm.c), state_N.bin (state brings everything but the optimizer's arrays), then DONE_N,
 // then the checkpoint -nk/-nm retire. A collective; rank 0 gathers and writes every file, so
@@ -968,7 +1044,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         const bool profiled = step + 1 == run.max_steps;
         if (profiled) Backend::profiler_start();
         const auto start = std::chrono::steady_clock::now();
-        comm.reset_counters();  // count this step's training traffic only
+        run.zero->reset_traffic();  // count this step's training traffic only
         const uint64_t launches_before = Backend::launches();
         records.push_back(train_step(run, step));
         Backend::synchronize();
@@ -978,9 +1054,11 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         report_step(run, step, records.back(), std::chrono::duration<double, std::milli>(now - start).count(),
                     std::chrono::duration<double>(now - run_start).count());
         if (step == run.resume_step && !run.cfg.quiet) {
-            const CommCounters& c = comm.counters();
-            printf("rank %d bytes moved per step: all-reduce %llu | reduce-scatter %llu | all-gather %llu\n", run.rank,
-                   (unsigned long long)c.all_reduce, (unsigned long long)c.reduce_scatter, (unsigned long long)c.all_gather);
+            const ZeroTraffic t = run.zero->traffic();
+            if (run.zero->replica_count() == 1) printf("rank %d bytes moved per step: %s\n", run.rank, bytes_said(t.inside).c_str());
+            else
+                printf("rank %d bytes moved per step: inside its group of %d: %s || across the %d groups: %s\n", run.rank,
+                       run.zero->group_size(), bytes_said(t.inside).c_str(), run.zero->replica_count(), bytes_said(t.across).c_str());
             if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
             if (const size_t taken = Backend::device_memory_taken())  // on a GPU: the buffers (as planned) against what the GPU lost
                 printf("rank %d device memory after step 1: %.2f MiB in the run's buffers, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
@@ -1022,7 +1100,14 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     const Planner plan = plan_memory<Backend>;
     // ranks mpirun started share this node's memory as the run's would; -pn's are elsewhere
     const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, cfg.num_processes == 0);
-    RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world);
+    // --shard-group node: the ranks mpirun put on this node (-pn's are elsewhere: not known)
+    if (cfg.shard_group == "node" && cfg.num_processes > 0 && cfg.zero_stage > 0)
+        fatal(2, "--plan -pn %d --shard-group node: the plan cannot see how many ranks each node will hold; give the group size (--shard-group N)",
+              cfg.num_processes);
+    const int node_ranks = local_ranks();
+    const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
+    if (!flags_error.empty()) fatal(2, "%s", flags_error.c_str());
+    RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world, shard_group_ranks(cfg, world, node_ranks));
     if (cfg.B == kAutoBatch) {
         shape.B = std::max(1, auto_micro_batch(plan, shape, budget, cfg.total_batch));
         printf("-b auto: B=%d\n", shape.B);

@@ -14,6 +14,7 @@
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
+#include "cpu/quantize.h"
 #include "cpu/residual.h"
 #include "../common/io.h"
 #include "backend_memory.h"
@@ -143,6 +144,18 @@ struct CpuBackend {
         for (int j = 0; j < table.count; j++)
             sum += (float)cpu::sum_squares(grads + table.host[j].grad_offset, table.host[j].n);
         *out = sum;
+    }
+
+    // block-wise int8 quantization of `rows` rows of layout.values values (kernels/quantize_blocks.h),
+    // for zero/'s quantized collectives: to quantized rows, back, and the fp32 sum of quantized rows
+    static void quantize_int8(uint8_t* out, const floatX* x, const QuantRows& layout, int rows) {
+        cpu::quantize_int8(out, x, layout, rows);
+    }
+    static void dequantize_int8(floatX* x, const uint8_t* in, const QuantRows& layout, int rows) {
+        cpu::dequantize_int8(x, in, layout, rows);
+    }
+    static void dequantize_sum_int8(floatX* out, const uint8_t* in, const QuantRows& layout, int rows) {
+        cpu::dequantize_sum_int8(out, in, layout, rows);
     }
 
     // ZeRO-Offload (zero/offload.h): backend memory is host memory here, so its transfers are

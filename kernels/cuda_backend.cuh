@@ -24,6 +24,7 @@
 #include "cuda/layernorm.cuh"
 #include "cuda/matmul.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/quantize.cuh"
 #include "cuda/residual.cuh"
 #include "cuda/transfer.cuh"
 
@@ -218,6 +219,17 @@ struct CudaBackend {
     // *out = sum of squares of the shard's gradients (out is device memory)
     static void grad_norm_squared(float* out, const floatX* grads, const ShardTable& table) {
         gpu::grad_norm_squared(out, grads, table);
+    }
+
+    // block-wise int8 quantization of `rows` rows (kernels/quantize_blocks.h): see cpu_backend.h
+    static void quantize_int8(uint8_t* out, const floatX* x, const QuantRows& layout, int rows) {
+        gpu::quantize_int8(out, x, layout, rows);
+    }
+    static void dequantize_int8(floatX* x, const uint8_t* in, const QuantRows& layout, int rows) {
+        gpu::dequantize_int8(x, in, layout, rows);
+    }
+    static void dequantize_sum_int8(floatX* out, const uint8_t* in, const QuantRows& layout, int rows) {
+        gpu::dequantize_sum_int8(out, in, layout, rows);
     }
 
     // ZeRO-Offload (zero/offload.h): pinned host memory (nullptr when it cannot be had), the

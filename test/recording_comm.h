@@ -1,8 +1,11 @@
 // A communicator for tests that passes every call on to a real one (so the numbers stay right)
 // and records, in order, each collective's start and wait beside ZeRO's schedule events
-// (Communicator::note), so a test can check when things happen, not only what comes out.
+// (Communicator::note), so a test can check when things happen, not only what comes out. The
+// communicators split() makes (hybrid sharding's groups) record into the same log, each entry
+// naming its communicator (link).
 #pragma once
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,7 +14,7 @@
 class RecordingComm : public Communicator {
 public:
     enum class What { Start, Wait, ParamsWanted, GradsDone, GradsToHost };
-    enum class Op { AllReduce, ReduceScatter, AllGather };
+    enum class Op { AllReduce, ReduceScatter, AllGather, AllToAll };
     struct Entry {
         What what;
         int group;          // the group an event is about, or the one a start serves (-1: not said)
@@ -20,15 +23,18 @@ public:
         size_t n = 0;  // Start: the collective's n (elements per rank)
         // Start: the bytes it reads and writes until waited for
         const char *read_lo = nullptr, *read_hi = nullptr, *write_lo = nullptr, *write_hi = nullptr;
-        bool reduces() const { return what == What::Start && op != Op::AllGather; }
+        DType dtype = DType::F32;  // Start: of its elements
+        int link = 0;              // the communicator: 0 the one made by the test, 1, 2... its splits in order
+        size_t bytes() const { return n * dtype_size(dtype); }  // Start: elements per rank, in bytes
+        bool reduces() const { return what == What::Start && op != Op::AllGather; }  // a quantized reduce-scatter is an all-to-all
         bool gathers() const { return what == What::Start && op == Op::AllGather; }
     };
 
-    explicit RecordingComm(Communicator& inner) : inner_(inner) {
+    explicit RecordingComm(Communicator& inner) : inner_(inner), shared_(std::make_shared<Shared>()) {
         rank_ = inner.rank();
         world_ = inner.world();
     }
-    const std::vector<Entry>& log() const { return log_; }
+    const std::vector<Entry>& log() const { return shared_->log; }
 
     // What the log shows against the design (zero/zero.h): a collective started while one in
     // flight reads what it writes or writes what it reads (a buffer reused too early), a wait
@@ -38,7 +44,7 @@ public:
         std::vector<std::string> out;
         std::vector<const Entry*> in_flight;
         auto overlap = [](const char* a_lo, const char* a_hi, const char* b_lo, const char* b_hi) { return a_lo < b_hi && b_lo < a_hi; };
-        for (const Entry& e : log_) {
+        for (const Entry& e : shared_->log) {
             if (e.what == What::Start) {
                 for (const Entry* f : in_flight)
                     if (overlap(e.write_lo, e.write_hi, f->read_lo, f->read_hi) || overlap(e.write_lo, e.write_hi, f->write_lo, f->write_hi) ||
@@ -65,45 +71,71 @@ public:
         inner_.abort(code);
         exit(code);  // not reached; the compiler does not see it through the virtual call
     }
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+        std::unique_ptr<Communicator> inner = inner_.split(first, count, stride);
+        auto sub = std::make_unique<RecordingComm>(*inner);
+        sub->owned_inner_ = std::move(inner);
+        sub->shared_ = shared_;
+        sub->link_ = ++shared_->links;
+        return sub;
+    }
+    int ranks_per_node() override { return inner_.ranks_per_node(); }
     void wait(Ticket ticket) override {
         if (ticket == 0) return;  // finished when it started (zero/comm.h)
-        inner_.wait(inner_tickets_.at(ticket - 1));
-        log_.push_back({What::Wait, -1, ticket});
+        inner_.wait(shared_->inner_tickets.at(ticket - 1));
+        append({What::Wait, -1, ticket});
     }
     void note(Event event, int group) override {
         if (event == Event::NextCollectiveMoves) serves_ = group;
-        else log_.push_back({event == Event::ParamsWanted ? What::ParamsWanted : event == Event::GradsDone ? What::GradsDone : What::GradsToHost, group});
+        else append({event == Event::ParamsWanted ? What::ParamsWanted : event == Event::GradsDone ? What::GradsDone : What::GradsToHost, group});
     }
 
 protected:
     Ticket start_all_reduce(void* buf, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
-        return record(Op::AllReduce, n, buf, bytes, buf, bytes, inner_.all_reduce_async(buf, n, t));
+        return record(Op::AllReduce, n, t, buf, bytes, buf, bytes, inner_.all_reduce_async(buf, n, t));
     }
     Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
-        return record(Op::ReduceScatter, n, send, world_ * bytes, recv, bytes, inner_.reduce_scatter_async(send, recv, n, t));
+        return record(Op::ReduceScatter, n, t, send, world_ * bytes, recv, bytes, inner_.reduce_scatter_async(send, recv, n, t));
     }
     Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
-        return record(Op::AllGather, n, send, bytes, recv, world_ * bytes, inner_.all_gather_async(send, recv, n, t));
+        return record(Op::AllGather, n, t, send, bytes, recv, world_ * bytes, inner_.all_gather_async(send, recv, n, t));
+    }
+    Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = world_ * n * dtype_size(t);
+        return record(Op::AllToAll, n, t, send, bytes, recv, bytes, inner_.all_to_all_async(send, recv, n, t));
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override { inner_.broadcast_host(buf, bytes, root); }
 
 private:
     // every start gets a ticket of its own, also where the inner one finished at once (ticket 0),
     // so that every start is matched with its wait
-    Ticket record(Op op, size_t n, const void* read, size_t read_bytes, void* write, size_t write_bytes, Ticket inner) {
-        inner_tickets_.push_back(inner);
-        const Ticket ticket = inner_tickets_.size();
+    Ticket record(Op op, size_t n, DType t, const void* read, size_t read_bytes, void* write, size_t write_bytes, Ticket inner) {
+        shared_->inner_tickets.push_back(inner);
+        const Ticket ticket = shared_->inner_tickets.size();
         const char *r = (const char*)read, *w = (const char*)write;
-        log_.push_back({What::Start, serves_, ticket, op, n, r, r + read_bytes, w, w + write_bytes});
+        Entry e{What::Start, serves_, ticket, op, n, r, r + read_bytes, w, w + write_bytes};
+        e.dtype = t;
+        append(e);
         serves_ = -1;
         return ticket;
     }
+    void append(Entry e) {
+        e.link = link_;
+        shared_->log.push_back(e);
+    }
 
+    // what this communicator and the ones split() made from it share: one log, one ticket count
+    struct Shared {
+        std::vector<Entry> log;
+        std::vector<Ticket> inner_tickets;  // by our ticket - 1
+        int links = 0;                      // split() communicators made so far
+    };
     Communicator& inner_;
-    std::vector<Entry> log_;
-    std::vector<Ticket> inner_tickets_;  // by our ticket - 1
+    std::unique_ptr<Communicator> owned_inner_;  // when made by split()
+    std::shared_ptr<Shared> shared_;
+    int link_ = 0;
     int serves_ = -1;  // the group the next collective serves, as last noted
 };

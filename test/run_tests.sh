@@ -82,6 +82,7 @@ if [ -x build/candidate/test/test_kernels_cuda ] && grep -qs KERNELS_CANDIDATE k
     run_gtest "CUDA candidate kernels (KERNELS=candidate) vs CPU backend" build/candidate/test/test_kernels_cuda
 fi
 
+run_unittest "int8 block quantizer (CPU kernels) vs NumPy" python3 test/test_quantize.py
 run_unittest "data scripts" python3 test/test_data_scripts.py
 run_unittest "Nsight Compute kernel table (scripts/kernel_table.py)" python3 test/test_kernel_table.py
 run_unittest "Hugging Face import and export vs transformers' GPT-2" /usr/bin/python3 test/test_hf.py

@@ -34,6 +34,29 @@ OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe bash -c "./train_gpt 
     fail "-pn 2 -pr <rank> exited $?"
 grep -q "^step    1/1" "$out" || fail "-pn 2 -pr <rank> did not train"
 
+# --shard-group (hybrid sharding): one line and exit 2 where it does not divide the ranks, said
+# once under mpirun; `node` on one node is every rank; N ranks per group shown in the setup line
+# and the bytes line, inside the group and across groups
+./train_gpt "${tiny[@]}" --device cpu -x 1 -z 1 --shard-group 2 >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --shard-group 2: expected a divisor of the 1 rank(s), each group a replica$" "$out" || fail "--shard-group 2 on one rank: exit 2, one line"
+OMP_NUM_THREADS=1 timeout 120 mpirun -np 3 --oversubscribe ./train_gpt "${tiny[@]}" --device cpu -x 1 -z 1 --shard-group 2 >"$out" 2>&1; rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c "^error:" "$out")" -eq 1 ] && grep -q "^error: --shard-group 2: expected a divisor of the 3 rank(s)" "$out" ||
+    fail "--shard-group 2 on 3 ranks: exit $rc, expected 2 and the error said once"
+OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe ./train_gpt "${tiny[@]}" -x 1 -z 2 --shard-group node >"$out" 2>&1 || fail "--shard-group node exited $?"
+grep -q "^backend cpu, 2 rank(s), ZeRO stage 2 | " "$out" && ! grep -q "across" "$out" || fail "--shard-group node on one node is not one group of every rank"
+OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe ./train_gpt "${tiny[@]}" -x 1 -z 3 --shard-group 1 >"$out" 2>&1 || fail "--shard-group 1 exited $?"
+grep -q "^backend cpu, 2 rank(s), ZeRO stage 3 in 2 groups of 1 rank(s), one replica each | " "$out" &&
+    [ "$(grep -c "^rank [01] bytes moved per step: inside its group of 1: .* || across the 2 groups: all-reduce [1-9][0-9]* |" "$out")" -eq 2 ] ||
+    fail "--shard-group 1 on 2 ranks: setup line and bytes inside and across groups"
+
+# --quantize-weights below stage 3: one line and exit 2
+./train_gpt "${tiny[@]}" --device cpu -x 1 -z 2 --quantize-weights int8 >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --quantize-weights int8: only stage 3 gathers parameters (-z 3); this run is -z 2$" "$out" || fail "--quantize-weights at stage 2: exit 2, one line"
+# --quantize-grads at stage 0: one line and exit 2
+./train_gpt "${tiny[@]}" --device cpu -x 1 -z 0 --quantize-grads int8 >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --quantize-grads int8: stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3$" "$out" ||
+    fail "--quantize-grads at stage 0: exit 2, one line"
+
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
 ./train_gpt -b 0 >"$out" 2>&1; [ $? -eq 2 ] || fail "-b 0 did not exit 2"

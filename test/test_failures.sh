@@ -15,6 +15,20 @@ rc=$?
 grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the mismatch"
 grep -q "rank 0: another rank's flags, model or data differ" "$out" || fail "rank 0 did not report the mismatch"
 
+# ... also when they differ in how they shard (hybrid sharding): caught before any group is made
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 1 --shard-group 1 : -np 1 ./train_gpt "${ARGS[@]}" -z 1 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--shard-group mismatch: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --shard-group mismatch"
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 3 --quantize-weights int8 : -np 1 ./train_gpt "${ARGS[@]}" -z 3 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-weights mismatch: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-weights mismatch"
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 2 --quantize-grads int8 : -np 1 ./train_gpt "${ARGS[@]}" -z 2 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-grads mismatch: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-grads mismatch"
+
 # 2. one rank fails to start (its data is missing): the others do not wait for it
 timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" : -np 1 ./train_gpt "${ARGS[@]}" -i /nonexistent/shard_*.bin >"$out" 2>&1
 rc=$?

@@ -834,6 +834,69 @@ TEST_F(Cuda, GradNormSquared) {
 }
 
 // ----------------------------------------------------------------------------
+// block-wise int8 quantization (zero/'s quantized collectives)
+
+// equal bit for bit, NaN where the other has NaN (its payload aside)
+size_t count_unequal(const std::vector<float>& got, const std::vector<float>& want) {
+    size_t bad = got.size() != want.size();
+    for (size_t i = 0; i < got.size() && i < want.size(); i++)
+        bad += !(std::isnan(got[i]) && std::isnan(want[i])) && std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    return bad;
+}
+
+// The CUDA kernels give the CPU kernels' bytes (scales and int8 values), dequantized values and
+// fp32 sums, bit for bit, on rows of tensor pieces of several magnitudes whose lengths end
+// blocks short of 256, with an outlier, a block of zeros, ties and a NaN; dequantized values
+// are compared after the CPU's are rounded to floatX, as the kernel rounds its own
+TEST_F(Cuda, QuantizeInt8MatchesCpu) {
+    const std::vector<size_t> pieces = {16, 16, 1536, 48, 513, 1, 256, 2048, 300};
+    const std::vector<float> magnitude = {1.0f, 0.01f, 0.02f, 0.001f, 0.02f, 1.0f, 0.5f, 0.02f, 0.001f};
+    const int rows = 3;
+    const std::vector<QuantBlock> blocks = quant_blocks(pieces);
+    Dev<QuantBlock> d_blocks = up_raw(blocks);
+    QuantRows layout;
+    layout.host = blocks.data();
+    layout.device = d_blocks.p;
+    layout.blocks = (int)blocks.size();
+    for (size_t len : pieces) layout.values += len;
+    std::vector<float> x;
+    for (int r = 0; r < rows; r++)
+        for (size_t p = 0; p < pieces.size(); p++) {
+            const std::vector<float> v = random_vec(pieces[p], -magnitude[p], magnitude[p], 100 * r + (uint32_t)p);
+            x.insert(x.end(), v.begin(), v.end());
+        }
+    for (int i = 0; i < 16; i++) x[i] += 1.0f;  // layernorm weights: about 1
+    x[40] = 1000.0f;                            // an outlier
+    std::fill(x.begin() + 2642, x.begin() + 2898, 0.0f);  // a whole block of zeros
+    x[2500] = 127.0f, x[2501] = 2.5f, x[2502] = -2.5f;  // ties go to even, where the scale comes out 1
+    x[layout.values + 700] = NAN;
+    for (float& v : x) v = round_x(v);
+
+    // rows end to end, and rows further apart (zero/'s all-to-all across shard groups), the gaps zero
+    for (const size_t stride : {(size_t)0, layout.row_bytes() + 20}) {
+        layout.stride = stride;
+        std::vector<uint8_t> want_q(rows * layout.row_stride()), got_q(want_q.size());
+        std::vector<float> want_back(x.size()), want_sum(layout.values);
+        CpuBackend::quantize_int8(want_q.data(), x.data(), layout, rows);
+        CpuBackend::dequantize_int8(want_back.data(), want_q.data(), layout, rows);
+        CpuBackend::dequantize_sum_int8(want_sum.data(), want_q.data(), layout, rows);
+        for (float& v : want_back) v = round_x(v);
+        for (float& v : want_sum) v = round_x(v);
+
+        Dev<X> d_x = up(x), d_back(x.size()), d_sum(layout.values);
+        Dev<uint8_t> d_q(want_q.size());
+        G::zero(d_q.p, want_q.size());
+        G::quantize_int8(d_q.p, d_x.p, layout, rows);
+        G::to_host(got_q.data(), d_q.p, got_q.size());
+        EXPECT_EQ(got_q, want_q) << "quantized bytes differ, row stride " << layout.row_stride();
+        G::dequantize_int8(d_back.p, d_q.p, layout, rows);
+        G::dequantize_sum_int8(d_sum.p, d_q.p, layout, rows);
+        EXPECT_EQ(count_unequal(down(d_back), want_back), 0u) << "dequantized values differ, row stride " << layout.row_stride();
+        EXPECT_EQ(count_unequal(down(d_sum), want_sum), 0u) << "dequantized sums differ, row stride " << layout.row_stride();
+    }
+}
+
+// ----------------------------------------------------------------------------
 // a small GPT-2, a few optimizer steps on both backends (stage 0, one rank)
 
 // accum micro-batches a step (as -d makes them: gradients added up over them, so only the first

@@ -53,8 +53,40 @@ TEST(Flags, BadValuesExitWithCode2) {
     EXPECT_EXIT((check_offload_flags(parse({"--offload", "cpu", "-w", "0"}), false), check_offload_flags(parse({"--offload", "cpu"}), true),
                  check_offload_flags(parse({"-w", "0"}), true), exit(0)),
                 ExitedWithCode(0), "");
+    EXPECT_EXIT(parse({"--shard-group", "0"}), ExitedWithCode(2), "--shard-group 0: expected all, node or a number of ranks in \\[1, 1048576\\]");
     EXPECT_EXIT(config_from_descriptor("L=2,X=3", new GPT2Config), ExitedWithCode(2), "unknown model descriptor key 'X'");
     EXPECT_EXIT(config_from_descriptor("L=2,NH=3,C=8", new GPT2Config), ExitedWithCode(2), "C=8 is not a multiple of NH=3");
+}
+
+// What --shard-group asks of the world it runs in (train_gpt.cu's zero_flags_error): a
+// divisor of the ranks; `node` only where every node holds as many consecutive ranks
+TEST(Flags, ShardGroupMustSplitTheWorld) {
+    TrainConfig c = parse({"-z", "1", "--shard-group", "2"});
+    EXPECT_EQ(zero_flags_error(c, 4, 0), "");
+    EXPECT_EQ(shard_group_ranks(c, 4, 0), 2);
+    EXPECT_EQ(zero_flags_error(c, 3, 0), "--shard-group 2: expected a divisor of the 3 rank(s), each group a replica");
+    EXPECT_EQ(zero_flags_error(c, 1, 0), "--shard-group 2: expected a divisor of the 1 rank(s), each group a replica");
+    c = parse({"-z", "3", "--shard-group", "node"});
+    EXPECT_EQ(shard_group_ranks(c, 16, 8), 8);
+    EXPECT_EQ(zero_flags_error(c, 16, 8), "");
+    EXPECT_EQ(zero_flags_error(c, 16, 0).rfind("--shard-group node: the nodes hold different numbers of ranks", 0), 0u);
+    EXPECT_EQ(shard_group_ranks(parse({"-z", "2"}), 4, 0), 4) << "all ranks by default";
+    EXPECT_EQ(shard_group_ranks(parse({"--shard-group", "2"}), 4, 0), 4) << "stage 0 shards nothing";
+}
+
+// int8 weights are for stage 3's gathers only
+TEST(Flags, QuantizedWeightsNeedStage3) {
+    EXPECT_EQ(zero_flags_error(parse({"-z", "3", "--quantize-weights", "int8"}), 2, 0), "");
+    for (const char* stage : {"0", "1", "2"})
+        EXPECT_EQ(zero_flags_error(parse({"-z", stage, "--quantize-weights", "int8"}), 2, 0),
+                  std::string("--quantize-weights int8: only stage 3 gathers parameters (-z 3); this run is -z ") + stage);
+}
+
+// int8 gradients replace a reduce-scatter, which stage 0 does not have
+TEST(Flags, QuantizedGradientsNeedStage1To3) {
+    for (const char* stage : {"1", "2", "3"}) EXPECT_EQ(zero_flags_error(parse({"-z", stage, "--quantize-grads", "int8"}), 2, 0), "");
+    EXPECT_EQ(zero_flags_error(parse({"-z", "0", "--quantize-grads", "int8"}), 2, 0),
+              "--quantize-grads int8: stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3");
 }
 
 // --device-memory's sizes: decimal and binary units, a bare number of bytes; nothing else
@@ -112,6 +144,9 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--shuffle", {"0", "1"}, {"-1", "2", "x"}},
     {"-z", "--zero", {"0", "3"}, {"-1", "4", "x"}},
     {"", "--offload", {"none", "cpu"}, {"nvme", "gpu"}},
+    {"", "--shard-group", {"all", "node", "1", "1048576"}, {"0", "1048577", "-1", "x", "2.5"}},
+    {"", "--quantize-weights", {"none", "int8"}, {"int4", "fp8"}},
+    {"", "--quantize-grads", {"none", "int8"}, {"int4", "fp8"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
     {"-w", "--master-weights", {"0", "1"}, {"-1", "2", "x"}},
     {"-f", "--tf32", {"0", "1"}, {"-1", "2", "x"}},
@@ -141,7 +176,7 @@ std::string describe(const TrainConfig& c) {
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
-      << c.zero_stage << '|' << c.offload << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
+      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.recompute << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method

@@ -9,6 +9,10 @@
 //   - bytes held per category and bytes moved per collective: exactly the formulas below
 //   - stage 3: no prefetch miss (every group after the embedding was gathered ahead of use)
 // and, through a RecordingComm, that the collectives start when the design says (Schedule).
+// Hybrid sharding (--shard-group): the same against single-rank training with 2 groups of 2 ranks
+// on 4 (groups of 1 on 2 and 3), plus the bytes across groups and replicas equal bit for bit.
+// Quantized collectives: 200 steps within a band of the unquantized loss curve, every rank
+// computing with the same parameters, and each quantized collective's bytes (Quantized).
 // Built with nvcc (test/test_zero_cuda, see kernels/cuda.mk) the same checks run on the CUDA
 // backend, the ranks sharing one GPU through the MPI communicator; there the tolerance is 1e-4
 // in the fp32 build and 2e-2 in the bf16 one. Bit-exact wherever it is exact on both: the
@@ -16,6 +20,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <tuple>
 
 #include "recording_comm.h"
 #include "test_util.h"
@@ -114,14 +119,27 @@ WorstError worst_everywhere(const WorstError& mine) {
     return worst;
 }
 
-class ZeroStage : public ::testing::TestWithParam<int> {};
+// Whether every rank holds the same shard as the ranks r +- N, r +- 2N... of the other shard
+// groups, bit for bit (replicas that drift apart would train different models)
+int replicas_differ(const std::vector<float>& shard, int N) {
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    std::vector<float> all(shard.size() * world);
+    MPI_Allgather(shard.data(), (int)shard.size(), MPI_FLOAT, all.data(), (int)shard.size(), MPI_FLOAT, MPI_COMM_WORLD);
+    int differ = 0;
+    for (int other = rank % N; other < world; other += N)
+        differ += memcmp(all.data() + other * shard.size(), shard.data(), shard.size() * sizeof(float)) != 0;
+    return differ;
+}
 
-TEST_P(ZeroStage, MatchesSingleRankTraining) {
-    const int stage = GetParam();
+// `stage` on this job's W ranks, sharded over groups of N ranks (N = W: plain ZeRO; else W/N
+// replicas, --shard-group N), against single-rank training
+void expect_single_rank_training(int stage, int N) {
     MpiComm comm = make_comm(MPI_COMM_WORLD);
-    const int N = comm.world(), r = comm.rank();
-    const ReferenceRun& ref = reference(N);
-    int bad_shards = 0, bad_counters = 0, bad_memory = 0, prefetch_misses = 0;
+    const int W = comm.world(), R = W / N, r = comm.rank() % N;
+    const ReferenceRun& ref = reference(W);
+    int bad_shards = 0, bad_counters = 0, bad_memory = 0, prefetch_misses = 0, replicas_drift = 0;
     std::vector<float> final_params;
 
     auto hook = [&](int step, Zero<TestBackend>& zero) {
@@ -157,17 +175,22 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
                 }
             }
         bad_shards += at != shard.size();
+        replicas_drift += replicas_differ(shard, N);
 
-        // bytes moved this step (ZeRO paper's accounting, see zero/comm.h)
-        const CommCounters& c = comm.counters();
+        // bytes moved this step (ZeRO paper's accounting, see zero/comm.h), inside the shard
+        // group as plain ZeRO on N ranks moves them; across groups one all-reduce of the shard
+        const ZeroTraffic traffic = zero.traffic();
+        const CommCounters& c = traffic.inside;
         uint64_t ar = 0, rs = 0, ag = 0;
-        if (stage == 0 && N > 1) ar = 2 * P * X;
+        if (stage == 0 && W > 1) ar = 2 * P * X;
         if (stage == 1) rs = N * S * X, ag = N * S * X;
         if (stage == 2) rs = kAccum * N * S * X, ag = N * S * X;
         // stage 3: each micro-step gathers every group for forward, and again for backward all
         // but the ones still resident: first, last, and the last two layers (two layer slots)
         if (stage == 3) rs = kAccum * N * S * X, ag = kAccum * N * (2 * S - S_first - S_last - S_last_layers) * X;
         bad_counters += c.all_reduce != ar || c.reduce_scatter != rs || c.all_gather != ag || c.broadcast != 0;
+        const CommCounters& a = traffic.across;
+        bad_counters += a.all_reduce != (stage > 0 && R > 1 ? 2 * S * X : 0) || a.reduce_scatter != 0 || a.all_gather != 0 || a.broadcast != 0;
 
         // bytes held: 16 Psi, 4 Psi + 12 Psi/N, 2 Psi + 14 Psi/N, 16 Psi/N with bf16 parameters
         // and gradients and fp32 master weights, m and v; fp32 without master weights on the CPU
@@ -184,7 +207,9 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
             zero.save(final_params.data());
         }
     };
-    std::vector<StepRecord> records = train<TestBackend>(config(stage, kAccum, N), comm, hook);
+    TrainConfig cfg = config(stage, kAccum, W);
+    if (N != W) cfg.shard_group = std::to_string(N);
+    std::vector<StepRecord> records = train<TestBackend>(cfg, comm, hook);
 
     int bad_steps = 0;
     for (int s = 0; s < kSteps; s++)
@@ -197,8 +222,72 @@ TEST_P(ZeroStage, MatchesSingleRankTraining) {
     EXPECT_EQ(failures_everywhere(bad_counters), 0) << "communication counters differ from the formula";
     EXPECT_EQ(failures_everywhere(bad_memory), 0) << "memory per category differs from the formula";
     EXPECT_EQ(failures_everywhere(prefetch_misses), 0) << "stage 3: a layer's parameters were gathered on demand, not prefetched";
+    EXPECT_EQ(failures_everywhere(replicas_drift), 0) << "shard groups hold different replicas of a shard";
     // training must have done something, or equality would prove little
     EXPECT_LT(records.back().loss, records.front().loss - 0.05f);
+}
+
+class ZeroStage : public ::testing::TestWithParam<int> {};
+TEST_P(ZeroStage, MatchesSingleRankTraining) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    expect_single_rank_training(GetParam(), world);
+}
+
+// Hybrid sharding: --shard-group 2 on 4 ranks (two replicas of a 2-rank shard), and
+// --shard-group 1 on 2 and 3 ranks (a replica per rank, sharding nothing)
+int hybrid_group(int world) { return world == 4 ? 2 : world > 1 ? 1 : 0; }
+class HybridStage : public ::testing::TestWithParam<int> {};
+TEST_P(HybridStage, MatchesSingleRankTraining) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (hybrid_group(world) == 0) GTEST_SKIP() << "one rank: one group";
+    expect_single_rank_training(GetParam(), hybrid_group(world));
+}
+INSTANTIATE_TEST_SUITE_P(Stages, HybridStage, ::testing::Values(1, 2, 3));
+
+// Written by 4 ranks in 2 shard groups of 2, resumed by 2 ranks without --shard-group
+// (accumulation doubled: the same sequences per step), at each stage 1-3: the checkpoint is
+// unsharded. Steps 4-6 and the final model match the uninterrupted 4-rank run.
+TEST(HybridResume, OnTwoRanksWithoutShardGroups) {
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    if (comm.world() != 4) GTEST_SKIP() << "needs 4 ranks";
+    MPI_Comm two;
+    MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < 2 ? 0 : MPI_UNDEFINED, comm.rank(), &two);
+    int bad = 0;
+    for (int stage = 1; stage <= 3; stage++) {
+        TrainConfig cfg = config(stage, kAccum, 4);
+        cfg.shard_group = "2";
+        cfg.max_steps = 6;
+        cfg.checkpoint_every = 3;
+        cfg.output_dir = g_data_dir + "/hybrid_resume";
+        const std::vector<StepRecord> whole = train<TestBackend>(cfg, comm);
+        comm.barrier();
+        GPT2Config c;
+        const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+        comm.barrier();  // every rank has read it before it is removed
+        if (comm.rank() == 0) remove_checkpoint(cfg.output_dir, 6);
+        if (comm.rank() < 2) {
+            MpiComm pair = make_comm(two);
+            TrainConfig resumed = config(stage, 2 * kAccum, 2);
+            resumed.max_steps = 6;
+            resumed.checkpoint_every = 3;
+            resumed.output_dir = cfg.output_dir;
+            resumed.resume = 1;
+            const std::vector<StepRecord> rest = train<TestBackend>(resumed, pair);
+            pair.barrier();  // rank 0 has written the checkpoint
+            bad += rest.size() != 3;
+            for (size_t s = 0; s < rest.size() && s < 3; s++)
+                bad += !close(rest[s].loss, whole[3 + s].loss, kTol) || !close(rest[s].norm, whole[3 + s].norm, kTol);
+            const std::vector<float> params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+            for (size_t i = 0; i < params.size(); i++) bad += !close(params[i], final_params[i], kTol, kTol);
+        }
+        comm.barrier();
+        if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
+        comm.barrier();
+    }
+    if (two != MPI_COMM_NULL) MPI_Comm_free(&two);
+    EXPECT_EQ(failures_everywhere(bad), 0) << "a run of 2 shard groups of 2 ranks resumed on 2 ranks without groups differs";
 }
 
 // A checkpoint written at one stage resumes at another: the state file is unsharded, and each
@@ -629,6 +718,219 @@ TEST_P(OffloadStage, ResumesAcrossOffload) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, OffloadStage, ::testing::Values(0, 1, 2, 3));
 
+// ----------------------------------------------------------------------------
+// Quantized collectives (--quantize-weights, --quantize-grads)
+
+// A model whose every piece but the final layernorm's is large enough to be quantized
+// (kQuantMinValues) on up to 4 ranks: a layer's shard is 3176 values there, the embedding's
+// 2176; deep enough (L=3) that stage 3 gathers a layer again in backward
+const char* kQuantModelDesc = "L=3,NH=2,C=32,V=200,maxT=16";
+// The loss of a quantized run stays within kLossBand of the unquantized one at each of
+// kBandSteps steps (lr 3e-3, from 5.3 down to about 0.1)
+constexpr int kBandSteps = 200;
+constexpr double kLossBand = 0.02;
+
+struct QuantCase {
+    int stage;
+    bool weights, grads;
+};
+std::string quant_case_name(const testing::TestParamInfo<QuantCase>& info) {
+    const QuantCase& c = info.param;
+    return "stage" + std::to_string(c.stage) + (c.weights ? "_weights" : "") + (c.grads ? "_grads" : "");
+}
+
+TrainConfig quant_config(const QuantCase& c, int steps, int world) {
+    TrainConfig cfg = config(c.stage, kAccum, world);
+    cfg.init = kQuantModelDesc;
+    cfg.max_steps = steps;
+    cfg.lr = 3e-3f;
+    cfg.quantize_weights = c.weights ? "int8" : "none";
+    cfg.quantize_grads = c.grads ? "int8" : "none";
+    if (world == 4) cfg.shard_group = "2";  // quantized inside the group, and across groups
+    return cfg;
+}
+
+// whether every rank of the job holds the same values, bit for bit
+int ranks_differ(const std::vector<float>& mine) {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    std::vector<float> all(mine.size() * world);
+    MPI_Allgather(mine.data(), (int)mine.size(), MPI_FLOAT, all.data(), (int)mine.size(), MPI_FLOAT, MPI_COMM_WORLD);
+    int differ = 0;
+    for (int r = 0; r < world; r++) differ += memcmp(all.data() + r * mine.size(), mine.data(), mine.size() * sizeof(float)) != 0;
+    return differ;
+}
+
+class Quantized : public ::testing::TestWithParam<QuantCase> {};
+
+// 200 steps quantized against the same run unquantized: the loss stays within kLossBand of the
+// unquantized one at every step, and after every step every rank computes with the same
+// parameters, bit for bit (the dequantized gathers with --quantize-weights)
+TEST_P(Quantized, StaysInBandOfUnquantizedLossCurve) {
+    const QuantCase c = GetParam();
+    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    if (comm.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
+    const std::vector<StepRecord> plain = train<TestBackend>(quant_config({c.stage, false, false}, kBandSteps, comm.world()), comm);
+    int drift = 0;
+    const std::vector<StepRecord> quantized = train<TestBackend>(quant_config(c, kBandSteps, comm.world()), comm,
+                                                                [&](int, Zero<TestBackend>& zero) { drift += ranks_differ(zero.params_in_use()); });
+    int outside = 0;
+    for (int s = 0; s < kBandSteps; s++) outside += !close(quantized[s].loss, plain[s].loss, 0.0, kLossBand);
+    EXPECT_EQ(failures_everywhere(outside), 0) << "the quantized loss leaves the band around the unquantized one";
+    EXPECT_EQ(failures_everywhere(drift), 0) << "ranks compute with different parameters";
+    EXPECT_LT(plain.back().loss, 0.5f) << "the unquantized run learned too little for the comparison to say much";
+}
+
+// bytes of one quantized row of tensor pieces of these lengths (kernels/quantize_blocks.h's
+// layout, written out again): a 4-byte scale per block of at most 256 values of one tensor, the
+// values as int8, padded to 4 bytes
+uint64_t quantized_row_bytes(const std::vector<size_t>& tensor_pieces) {
+    uint64_t blocks = 0, values = 0;
+    for (size_t len : tensor_pieces) blocks += (len + 255) / 256, values += len;
+    return 4 * blocks + (values + 3) / 4 * 4;
+}
+
+// A collective as the ratio test sees it: one that moves group g's piece, of a kind (a gather
+// or reduction inside the shard group, an all-reduce across groups, whose quantized form is an
+// all-to-all and an all-gather), with the bytes zero/comm.h counts for it per rank
+struct Moved {
+    enum Kind { Gather, Reduce, Across } kind;
+    int group;
+    size_t n;           // elements per rank (quantized across: the first of its two)
+    uint64_t counted;   // bytes per rank, both halves of a quantized all-reduce across groups
+    bool quantized;
+    uint64_t row_bytes;  // quantized: bytes per rank of each of its collectives
+};
+// The collectives of a recorded run in the order they started, the two halves of a quantized
+// all-reduce across groups joined; `across_link` names the communicator between groups (-1: none)
+std::vector<Moved> collectives_moved(const std::vector<RecordingComm::Entry>& log, int across_link, int N, int R) {
+    using Op = RecordingComm::Op;
+    std::vector<Moved> out;
+    std::map<int, int> across_half;  // by group: its quantized all-reduce across groups halfway (-1: none)
+    for (const RecordingComm::Entry& e : log) {
+        if (e.what != RecordingComm::What::Start) continue;
+        const bool across = e.link == across_link;
+        const uint64_t counted = e.op == Op::AllReduce ? 2 * e.bytes() : (uint64_t)(across ? R : N) * e.bytes();
+        if (across && e.op == Op::AllGather && across_half.count(e.group) && across_half[e.group] >= 0) {  // the second half
+            out[across_half[e.group]].counted += counted;
+            across_half[e.group] = -1;
+            continue;
+        }
+        const Moved::Kind kind = across ? Moved::Across : e.op == Op::AllGather ? Moved::Gather : Moved::Reduce;
+        if (across && e.op == Op::AllToAll) across_half[e.group] = (int)out.size();
+        out.push_back({kind, e.group, e.n, counted, e.dtype == DType::I8, e.bytes()});
+    }
+    return out;
+}
+
+// elements of each tensor piece in the values [lo, lo + n) of group g's shard on N ranks (chunks of
+// ceil(t.n / N) per tensor, one after another)
+std::vector<size_t> tensor_pieces(const std::vector<TensorSlice>& group, int N, size_t lo, size_t n) {
+    std::vector<size_t> pieces;
+    size_t at = 0;
+    for (const TensorSlice& t : group) {
+        const size_t chunk = (t.n + N - 1) / N, a = std::max(lo, at), b = std::min(lo + n, at + chunk);
+        if (a < b) pieces.push_back(b - a);
+        at += chunk;
+    }
+    return pieces;
+}
+
+// Two steps recorded with and without quantization: the same collectives, group by group, in
+// the same order. Each quantized one moves at most 0.3 of the bytes of the one it replaces, in
+// fp32 (in a bf16 build 0.6 of its bf16 bytes; across groups an all-to-all and an all-gather
+// replace an all-reduce) and
+// exactly what the layout says: a 4-byte scale per block of at most 256 values of one tensor and
+// the values (across groups, R parts of ceil(n / R) values, each message the largest part's).
+// Those left unquantized are pieces (parts) under kQuantMinValues or collectives the case does
+// not quantize. The bytes per step train_gpt prints (Zero::traffic) are what was sent.
+TEST_P(Quantized, EachCollectiveMovesAtMostThreeTenthsOfTheBytes) {
+    const QuantCase c = GetParam();
+    MpiComm mpi = make_comm(MPI_COMM_WORLD);
+    if (mpi.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
+    const int W = mpi.world(), N = W == 4 ? 2 : W, R = W / N;  // quant_config's shard groups
+    const int group_link = N == W ? 0 : 1, across_link = N == W ? -1 : 2;
+    GPT2Config mc;
+    config_from_descriptor(kQuantModelDesc, &mc);
+    const auto groups = param_groups(mc);
+    auto run = [&](bool quantized, ZeroTraffic* counted) {
+        RecordingComm comm(mpi);
+        train<TestBackend>(quant_config(quantized ? c : QuantCase{c.stage, false, false}, 2, W), comm, [&](int, Zero<TestBackend>& zero) {
+            const ZeroTraffic t = zero.traffic();
+            for (auto [sum, add] : {std::pair{&counted->inside, &t.inside}, std::pair{&counted->across, &t.across}}) {
+                sum->all_reduce += add->all_reduce, sum->reduce_scatter += add->reduce_scatter;
+                sum->all_gather += add->all_gather, sum->all_to_all += add->all_to_all;
+            }
+        });
+        ZeroTraffic sent;  // what the recorded collectives sent, counted as zero/comm.h counts
+        for (const RecordingComm::Entry& e : comm.log()) {
+            if (e.what != RecordingComm::What::Start) continue;
+            CommCounters& to = e.link == group_link ? sent.inside : sent.across;
+            const uint64_t ranks = e.link == group_link ? N : R;
+            if (e.op == RecordingComm::Op::AllReduce) to.all_reduce += 2 * e.bytes();
+            if (e.op == RecordingComm::Op::ReduceScatter) to.reduce_scatter += ranks * e.bytes();
+            if (e.op == RecordingComm::Op::AllGather) to.all_gather += ranks * e.bytes();
+            if (e.op == RecordingComm::Op::AllToAll) to.all_to_all += ranks * e.bytes();
+        }
+        int differ = 0;
+        for (auto [a, b] : {std::pair{&counted->inside, &sent.inside}, std::pair{&counted->across, &sent.across}})
+            differ += a->all_reduce != b->all_reduce || a->reduce_scatter != b->reduce_scatter || a->all_gather != b->all_gather ||
+                      a->all_to_all != b->all_to_all;
+        EXPECT_EQ(failures_everywhere(differ), 0) << "the bytes per step differ from what the collectives sent";
+        return collectives_moved(comm.log(), across_link, N, R);
+    };
+    ZeroTraffic plain_traffic, quantized_traffic;
+    std::vector<Moved> plain = run(false, &plain_traffic), quantized = run(true, &quantized_traffic);
+    // group by group and kind, each in the order it started
+    auto by_group = [](const Moved& a, const Moved& b) { return std::tie(a.group, a.kind) < std::tie(b.group, b.kind); };
+    std::stable_sort(plain.begin(), plain.end(), by_group);
+    std::stable_sort(quantized.begin(), quantized.end(), by_group);
+    ASSERT_EQ(failures_everywhere(plain.size() != quantized.size()), 0) << "the schedules differ";
+
+    int bad = 0, quantized_count = 0, unquantized_large = 0;
+    double worst_ratio = 0.0;
+    size_t lo = 0;  // where the piece starts in its group's shard: pieces go in order
+    for (size_t i = 0; i < plain.size(); i++) {
+        const Moved &p = plain[i], &q = quantized[i];
+        bad += p.group != q.group || p.kind != q.kind;
+        if (p.group < 0) {  // the gathers after the update at stages 1-2, which name no group: never quantized
+            bad += q.counted != p.counted || q.quantized;
+            continue;
+        }
+        size_t shard = 0;
+        for (const TensorSlice& t : groups[p.group]) shard += (t.n + N - 1) / N;
+        if (i > 0 && (plain[i - 1].group != p.group || plain[i - 1].kind != p.kind)) lo = 0;
+        const bool quantizable = p.kind == Moved::Gather ? c.weights : c.grads;
+        if (q.quantized) {
+            quantized_count++;
+            // of the fp32 bytes the replaced collective would move (twice the bf16 ones in a bf16 build)
+            const double ratio = (double)q.counted / (p.counted * 4.0 / sizeof(TestBackend::floatX));
+            worst_ratio = std::max(worst_ratio, ratio);
+            uint64_t want = 0;
+            if (p.kind != Moved::Across) {
+                want = quantized_row_bytes(tensor_pieces(groups[p.group], N, lo, p.n));
+            } else {
+                const size_t part = (p.n + R - 1) / R;
+                for (int j = 0; j < R; j++)
+                    want = std::max(want, quantized_row_bytes(tensor_pieces(groups[p.group], N, lo + j * part, std::min(part, p.n - std::min(p.n, j * part)))));
+            }
+            bad += ratio > 0.3 || q.row_bytes != want || !quantizable;
+        } else {
+            bad += q.counted != p.counted;
+            const size_t values = p.kind == Moved::Across ? (p.n + R - 1) / R : p.n;
+            unquantized_large += quantizable && values >= kQuantMinValues;
+        }
+        lo = (lo + p.n) % shard;
+    }
+    if (mpi.rank() == 0) printf("%d collectives quantized, worst %.4f of the bytes\n", quantized_count, worst_ratio);
+    EXPECT_GT(quantized_count, 0);
+    EXPECT_EQ(failures_everywhere(bad), 0) << "a quantized collective moves more than 0.3 of the bytes, or not its layout's";
+    EXPECT_EQ(failures_everywhere(unquantized_large), 0) << "a collective the case quantizes went unquantized";
+}
+INSTANTIATE_TEST_SUITE_P(Cases, Quantized,
+                         ::testing::Values(QuantCase{3, true, false}, QuantCase{1, false, true}, QuantCase{2, false, true},
+                                           QuantCase{3, false, true}, QuantCase{3, true, true}),
+                         quant_case_name);
 // The test backend, counting what it hands out: bytes held now and at most, in backend memory
 // and in pinned host memory. Only what goes through alloc and alloc_pinned: on CUDA the
 // backend's own buffers (kernels/backend_memory.h) are allocated within it.
@@ -661,7 +963,8 @@ struct TallyingBackend : Backend {
 };
 
 // The memory plan (train/memory_plan.h) against runs that allocate: at every stage, with and
-// without offload, at each recompute level, on this many ranks, each rank's plan equals, byte for
+// without offload, at each recompute level, and at stages 1-3 in shard groups with quantized
+// collectives, on this many ranks, each rank's plan equals, byte for
 // byte and category by category, what its run's objects hold after a training step and a
 // validation, names nothing "unnamed", gives the same memory line, and its totals are what the
 // backend handed out at most over the run (device and pinned host memory, counted independently).
@@ -676,46 +979,65 @@ TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
     using Tallying = TallyingBackend<TestBackend>;
     MpiComm comm = make_comm(MPI_COMM_WORLD);
     const int N = comm.world(), r = comm.rank();
-    int bad = 0, compared = 0;
+    std::vector<TrainConfig> cases;
     for (int stage = 0; stage <= 3; stage++)
         for (const bool offload : {false, true})
             for (int recompute = 0; recompute <= 2; recompute++) {
-                TrainConfig cfg = config(stage, kAccum, N);
-                cfg.offload = offload ? "cpu" : "none";
-                cfg.recompute = recompute;
-                cfg.val_every = 1;
-                cfg.val_steps = 1;
-                cfg.val_data = cfg.train_data;
-                MemoryUse ran;
-                {
-                    ::Run<Tallying> run(cfg, comm);
-                    train_step(run, 0);
-                    evaluate_when_due(run, 1, false);
-                    ran = run.memory();
-                }
-                GPT2Config mc;
-                config_from_descriptor(kModelDesc, &mc);
-                MemoryUse planned = plan_memory<TestBackend>(run_shape(cfg, mc, kB, kT, N), r);
-                if (!kCompareBackendMemory) planned.backend = ran.backend = BackendMemory{};
-                // what the backend allocates within itself, not through alloc and alloc_pinned
-                const size_t backend_own = planned.backend.context + planned.backend.kernel_scratch;
-                const std::vector<MemoryCategory> p = memory_categories(planned), q = memory_categories(ran);
-                int differs = planned.unnamed != 0 || memory_line(r, planned) != memory_line(r, ran) ||
-                              Tallying::device.most + backend_own != memory_total(planned, false) ||
-                              Tallying::pinned.most + planned.backend.pinned_uploads != memory_total(planned, true) ||
-                              Tallying::device.now != 0 || Tallying::pinned.now != 0;
-                for (size_t i = 0; i < p.size(); i++) differs += p[i].bytes != q[i].bytes;
-                if (differs)
-                    ADD_FAILURE() << "rank " << r << " of " << N << ", " << shape_flags(run_shape(cfg, mc, kB, kT, N)) << ": planned\n  "
-                                  << memory_line(r, planned) << " (unnamed " << planned.unnamed << ", device total "
-                                  << memory_total(planned, false) << ")\nran\n  " << memory_line(r, ran) << " (allocated at most "
-                                  << Tallying::device.most << " + backend " << backend_own << ", pinned " << Tallying::pinned.most << ")";
-                bad += differs != 0;
-                compared++;
-                Tallying::device = {}, Tallying::pinned = {};
+                cases.push_back(config(stage, kAccum, N));
+                cases.back().offload = offload ? "cpu" : "none";
+                cases.back().recompute = recompute;
             }
+    // shard groups (2 of 2 on 4 ranks, groups of 1 on 2 and 3) and the quantized collectives' buffers
+    for (const int stage : {1, 2, 3}) {
+        cases.push_back(config(stage, kAccum, N));
+        cases.back().init = kQuantModelDesc;  // pieces large enough to be quantized
+        if (N > 1) cases.back().shard_group = N == 4 ? "2" : "1";
+        cases.back().quantize_grads = "int8";
+        if (stage == 3) cases.back().quantize_weights = "int8";
+    }
+    int bad = 0, compared = 0;
+    for (TrainConfig cfg : cases) {
+        cfg.val_every = 1;
+        cfg.val_steps = 1;
+        cfg.val_data = cfg.train_data;
+        GPT2Config mc;
+        config_from_descriptor(cfg.init, &mc);
+        const RunShape shape = run_shape(cfg, mc, kB, kT, N, shard_group_ranks(cfg, N, 0));
+        MemoryUse ran;
+        int differs = 0;
+        {
+            ::Run<Tallying> run(cfg, comm);
+            differs += run.zero->group_size() != (shape.shard_group > 0 ? shape.shard_group : N);
+            train_step(run, 0);
+            evaluate_when_due(run, 1, false);
+            ran = run.memory();
+        }
+        MemoryUse planned = plan_memory<TestBackend>(shape, r);
+        if (cfg.quantize_grads != "none" && N > 1) {  // the plan holds the quantized collectives' buffers
+            RunShape unquantized = shape;
+            unquantized.quantize_weights = unquantized.quantize_grads = false;
+            differs += plan_memory<TestBackend>(unquantized, r).zero.comm >= planned.zero.comm;
+        }
+        if (!kCompareBackendMemory) planned.backend = ran.backend = BackendMemory{};
+        // what the backend allocates within itself, not through alloc and alloc_pinned
+        const size_t backend_own = planned.backend.context + planned.backend.kernel_scratch;
+        const std::vector<MemoryCategory> p = memory_categories(planned), q = memory_categories(ran);
+        differs += planned.unnamed != 0 || memory_line(r, planned) != memory_line(r, ran) ||
+                      Tallying::device.most + backend_own != memory_total(planned, false) ||
+                      Tallying::pinned.most + planned.backend.pinned_uploads != memory_total(planned, true) ||
+                      Tallying::device.now != 0 || Tallying::pinned.now != 0;
+        for (size_t i = 0; i < p.size(); i++) differs += p[i].bytes != q[i].bytes;
+        if (differs)
+            ADD_FAILURE() << "rank " << r << " of " << N << ", " << shape_flags(shape) << ": planned\n  " << memory_line(r, planned)
+                          << " (unnamed " << planned.unnamed << ", device total " << memory_total(planned, false) << ")\nran\n  "
+                          << memory_line(r, ran) << " (allocated at most " << Tallying::device.most << " + backend " << backend_own
+                          << ", pinned " << Tallying::pinned.most << ")";
+        bad += differs != 0;
+        compared++;
+        Tallying::device = {}, Tallying::pinned = {};
+    }
     EXPECT_EQ(failures_everywhere(bad), 0);
-    EXPECT_EQ(compared, 24);
+    EXPECT_EQ(compared, 27);
 }
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees

@@ -31,6 +31,8 @@ struct RunShape {
     GPT2Config model;
     int B, T, world, stage, recompute;
     bool offload, master_weights;
+    int shard_group = 0;  // ranks per shard group (--shard-group); 0: one group of all ranks
+    bool quantize_weights = false, quantize_grads = false;  // their buffers (zero/zero.h)
 };
 
 // the bytes one rank holds, by category
@@ -130,11 +132,17 @@ public:
     void barrier() override { refuse(); }
     void gather_host(const void*, void*, size_t, int) override { refuse(); }
     [[noreturn]] void abort(int code) override { exit(code); }
+    // hybrid sharding's groups: this rank's place among `count` ranks `stride` apart from `first`
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+        return std::make_unique<PlanComm>((rank_ - first) / stride, count);
+    }
+    int ranks_per_node() override { refuse(); }
 
 protected:
     Ticket start_all_reduce(void*, size_t, DType) override { refuse(); }
     Ticket start_reduce_scatter(const void*, void*, size_t, DType) override { refuse(); }
     Ticket start_all_gather(const void*, void*, size_t, DType) override { refuse(); }
+    Ticket start_all_to_all(const void*, void*, size_t, DType) override { refuse(); }
     void do_broadcast_host(void*, size_t, int) override { refuse(); }
 
 private:
@@ -238,7 +246,9 @@ inline bool parse_size(const std::string& text, size_t* bytes) {
 
 // the flags of a shape that a change may touch
 inline std::string shape_flags(const RunShape& s) {
-    return "-z " + std::to_string(s.stage) + " --offload " + (s.offload ? "cpu" : "none") + " -r " + std::to_string(s.recompute);
+    return "-z " + std::to_string(s.stage) + " --offload " + (s.offload ? "cpu" : "none") + " -r " + std::to_string(s.recompute) +
+           (s.shard_group > 0 ? " --shard-group " + std::to_string(s.shard_group) : "") + (s.quantize_weights ? " --quantize-weights int8" : "") +
+           (s.quantize_grads ? " --quantize-grads int8" : "");
 }
 // the flags that differ from `from`, e.g. "-r 2 --offload cpu"
 inline std::string changed_flags(const RunShape& from, const RunShape& to) {
@@ -271,8 +281,10 @@ inline std::vector<RunShape> changes_in_cost_order(const RunShape& s, bool offlo
 }
 
 // the fewest ranks, more than shape.world, at which the shape fits (0: none up to 65536); found
-// by doubling, then halving the gap
+// by doubling, then halving the gap. None with shard groups: more ranks add replicas, and a
+// group's shards stay as large.
 inline int fewest_ranks_that_fit(const Planner& plan, RunShape shape, const MemoryBudget& budget) {
+    if (shape.shard_group > 0) return 0;
     const int base = shape.world, limit = 65536;
     int lo = base, hi = 0;  // lo does not fit, hi does
     for (int n = base * 2; n <= limit && hi == 0; n *= 2) {

@@ -3,20 +3,22 @@
 // (device memory) sit behind it. The collectives are asynchronous (a ticket to wait for), so
 // ZeRO can move one layer while the next is computed. Every collective is a sum where it reduces,
 // and counts the bytes it moves per rank the way the ZeRO paper does: an all-reduce of n
-// elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter or all-gather
-// over n elements in total moves n.
+// elements moves 2n (it is a reduce-scatter plus an all-gather), a reduce-scatter, all-gather or
+// all-to-all over n elements in total moves n.
 #pragma once
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-enum class DType { F32, BF16 };
-inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+// I8: the bytes of quantized blocks (kernels/quantize_blocks.h), moved but never summed
+enum class DType { F32, BF16, I8 };
+inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::BF16 ? 2 : 1; }
 
 struct CommCounters {
-    uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
+    uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, all_to_all = 0, broadcast = 0;
 };
 
 class Communicator {
@@ -46,6 +48,12 @@ public:
         counters_.all_gather += (size_t)world_ * n * dtype_size(t);
         return start_all_gather(send, recv, n, t);
     }
+    // send holds world*n elements, rank-major: block r goes to rank r, and recv's block r (of
+    // world*n) comes from rank r
+    Ticket all_to_all_async(const void* send, void* recv, size_t n, DType t) {
+        counters_.all_to_all += (size_t)world_ * n * dtype_size(t);
+        return start_all_to_all(send, recv, n, t);
+    }
     virtual void wait(Ticket) {}
     // host memory, from root to all
     void broadcast_host(void* buf, size_t bytes, int root) {
@@ -60,6 +68,13 @@ public:
     virtual void gather_host(const void* send, void* recv, size_t bytes, int root) = 0;
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
+    // A communicator over `count` of this one's ranks: first, first + stride, ..., which hold
+    // this rank (a collective: every rank calls it, naming its own subset, and the subsets
+    // partition the ranks). Its collectives count their bytes apart from this one's.
+    virtual std::unique_ptr<Communicator> split(int first, int count, int stride) = 0;
+    // how many ranks mpirun put on this rank's node, when every node holds that many and they
+    // are consecutive ranks (mpirun's default placement); else 0. A collective.
+    virtual int ranks_per_node() = 0;
 
     // ZeRO's schedule, told to a communicator that records it (test/recording_comm.h); the real
     // ones ignore it. ParamsWanted: the model asks for group g's parameters; GradsDone: group g's
@@ -73,6 +88,7 @@ protected:
     virtual Ticket start_all_reduce(void* buf, size_t n, DType t) = 0;
     virtual Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) = 0;
     virtual Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) = 0;
+    virtual Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) = 0;
     virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;
     int rank_ = 0, world_ = 1;
     CommCounters counters_;

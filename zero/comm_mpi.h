@@ -31,6 +31,39 @@ inline void mpi_gather_host(const void* send, void* recv, size_t bytes, int root
     }
 }
 
+// The subset of comm's ranks first, first + stride, ... (count of them) that holds this rank, as
+// its own communicator (Communicator::split)
+inline MPI_Comm mpi_split(MPI_Comm comm, int first, int count) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm sub;
+    MPI_Comm_split(comm, first, rank, &sub);  // `first` names the subset: the subsets are disjoint
+    MPI_Comm_size(sub, &size);
+    if (size != count) {
+        fprintf(stderr, "error: rank %d: a split of the ranks gave %d rank(s) where %d were asked for\n", rank, size, count);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return sub;
+}
+
+// Communicator::ranks_per_node for comm: the size of this rank's node (MPI's shared-memory
+// domain) when every node holds that many ranks, consecutive in comm; else 0
+inline int mpi_ranks_per_node(MPI_Comm comm) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int size = 0, lowest = rank, highest = rank;
+    MPI_Comm_size(node, &size);
+    MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
+    MPI_Allreduce(MPI_IN_PLACE, &highest, 1, MPI_INT, MPI_MAX, node);
+    MPI_Comm_free(&node);
+    // the same size everywhere (min of size and of -size), and each node ranks [k*size, (k+1)*size)
+    int agree[3] = {size, -size, lowest == rank / size * size && highest == lowest + size - 1 ? 1 : 0};
+    MPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT, MPI_MIN, comm);
+    return agree[0] == -agree[1] && agree[2] == 1 ? size : 0;
+}
+
 // Prints nothing: the caller has said why. MPI_Abort takes every rank down, not only this one.
 [[noreturn]] inline void abort_all_ranks(int code) {
     fflush(stdout);
@@ -50,7 +83,12 @@ public:
         MPI_Comm_size(comm_, &world_);
         MPI_Op_create(&bf16_sum, 1, &bf16_sum_op_);
     }
-    ~MpiComm() override { MPI_Op_free(&bf16_sum_op_); }
+    ~MpiComm() override {
+        MPI_Op_free(&bf16_sum_op_);
+        if (owns_comm_) MPI_Comm_free(&comm_);
+    }
+    MpiComm(const MpiComm&) = delete;
+    MpiComm& operator=(const MpiComm&) = delete;
 
     double all_reduce_host(double x) override {
         double sum = 0.0;
@@ -68,6 +106,12 @@ public:
         mpi_gather_host(send, recv, bytes, root, comm_);
     }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+        auto sub = std::make_unique<MpiComm>(mpi_split(comm_, first, count), to_host_, from_host_);
+        sub->owns_comm_ = true;
+        return sub;
+    }
+    int ranks_per_node() override { return mpi_ranks_per_node(comm_); }
 
 protected:
     Ticket start_all_reduce(void* buf, size_t n, DType t) override {
@@ -105,12 +149,24 @@ protected:
         stage_out(recv, hr, world_ * bytes);
         return 0;
     }
+    Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        if (!staged()) {
+            MPI_Request r;
+            MPI_Ialltoall(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
+            return remember(r);
+        }
+        size_t bytes = world_ * n * dtype_size(t);
+        void* hr = stage_buffer(1, bytes);
+        MPI_Alltoall(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
+        stage_out(recv, hr, bytes);
+        return 0;
+    }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         MPI_Bcast(buf, count(bytes, DType::F32), MPI_BYTE, root, comm_);
     }
 
 private:
-    static MPI_Datatype mpi_type(DType t) { return t == DType::F32 ? MPI_FLOAT : MPI_UINT16_T; }
+    static MPI_Datatype mpi_type(DType t) { return t == DType::F32 ? MPI_FLOAT : t == DType::BF16 ? MPI_UINT16_T : MPI_INT8_T; }
     MPI_Op op(DType t) const { return t == DType::F32 ? MPI_SUM : bf16_sum_op_; }
     static int count(size_t n, DType) {
         if (n > (size_t)0x7fffffff) {
@@ -146,6 +202,7 @@ private:
 
     MPI_Comm comm_;
     CopyFn to_host_, from_host_;
+    bool owns_comm_ = false;  // made by split(): freed with this communicator
     MPI_Op bf16_sum_op_;
     std::vector<char> host_[2];
     std::map<Ticket, MPI_Request> pending_;

@@ -69,6 +69,7 @@ public:
         for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
         cudaStreamDestroy(comm_stream_);
         ncclCommDestroy(nccl_);
+        if (owns_mpi_) MPI_Comm_free(&mpi_);
     }
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
@@ -90,6 +91,13 @@ public:
         mpi_gather_host(send, recv, bytes, root, mpi_);
     }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
+    // an NCCL communicator of its own over the subset's ranks (and its own collective stream)
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+        auto sub = std::make_unique<NcclComm>(mpi_split(mpi_, first, count), stream_);
+        sub->owns_mpi_ = true;
+        return sub;
+    }
+    int ranks_per_node() override { return mpi_ranks_per_node(mpi_); }
 
 protected:
     Ticket start_all_reduce(void* buf, size_t n, DType t) override {
@@ -107,6 +115,18 @@ protected:
         NCCL_CHECK(ncclAllGather(send, recv, n, nccl_type(t), nccl_, comm_stream_));
         return mark_done();
     }
+    // NCCL has no all-to-all of its own: a send and a receive per rank, in one group
+    Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        after_queued_work();
+        const size_t bytes = n * dtype_size(t);
+        NCCL_CHECK(ncclGroupStart());
+        for (int r = 0; r < world_; r++) {
+            NCCL_CHECK(ncclSend((const char*)send + r * bytes, n, nccl_type(t), r, nccl_, comm_stream_));
+            NCCL_CHECK(ncclRecv((char*)recv + r * bytes, n, nccl_type(t), r, nccl_, comm_stream_));
+        }
+        NCCL_CHECK(ncclGroupEnd());
+        return mark_done();
+    }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         if (bytes > (size_t)0x7fffffff) {
             fprintf(stderr, "error: host broadcast of %zu bytes exceeds MPI's int count\n", bytes);
@@ -116,7 +136,7 @@ protected:
     }
 
 private:
-    static ncclDataType_t nccl_type(DType t) { return t == DType::F32 ? ncclFloat : ncclBfloat16; }
+    static ncclDataType_t nccl_type(DType t) { return t == DType::F32 ? ncclFloat : t == DType::BF16 ? ncclBfloat16 : ncclInt8; }
     cudaEvent_t take_event() {
         if (free_events_.empty()) {
             cudaEvent_t e;
@@ -142,6 +162,7 @@ private:
     }
 
     MPI_Comm mpi_;
+    bool owns_mpi_ = false;  // made by split(): freed with this communicator
     cudaStream_t stream_, comm_stream_ = nullptr;
     ncclComm_t nccl_ = nullptr;
     std::map<Ticket, cudaEvent_t> events_;

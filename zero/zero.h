@@ -34,6 +34,29 @@
 // embedding) goes in several pieces, so the communication buffers are sized by a layer, not by
 // the vocabulary.
 //
+// Hybrid sharding (ZeroOptions::shard_group, --shard-group N; PyTorch FSDP's HSDP): stages 1-3
+// shard over groups of N consecutive ranks, each group a replica of the others. A group's
+// gradients are reduce-scattered inside it; in the step's last reduction each rank's piece is
+// then all-reduced with the ranks that hold the same piece in the other groups (its replicas),
+// so the traffic across groups is one all-reduce of the shard per step. Parameters are gathered
+// inside the group only. Every replica holds the same gradient shard and takes the same update.
+//
+// Quantized weights (ZeroOptions::quantize_weights, --quantize-weights int8; ZeRO++'s qwZ):
+// stage 3's gathers send each rank's piece as int8 blocks with one scale each
+// (kernels/quantize_blocks.h), and every rank computes with the dequantized gather, its own part
+// included, so all ranks use the same weights. The shard the optimizer updates (and its fp32
+// master) is never quantized, nor is what save() gathers for a checkpoint. A piece of fewer than
+// kQuantMinValues values travels as it is.
+//
+// Quantized gradients (ZeroOptions::quantize_grads, --quantize-grads int8; ZeRO++'s qgZ, stages
+// 1-3): a reduction's reduce-scatter becomes an all-to-all of int8 blocks (each rank's row of the
+// rank-major buffer quantized), which the receiver dequantizes and sums in fp32. With replicas
+// the piece so summed inside the group is then all-reduced across groups quantized too: cut into
+// a part per replica, quantized and all-to-all'ed (each replica sums its part in fp32), the sums
+// quantized again and all-gathered, every replica taking the dequantized parts, its own
+// included, so that the replicas stay equal. A part of fewer than kQuantMinValues values (a
+// piece under R times that) goes as an all-reduce of the piece, unquantized.
+//
 // Offload (ZeroOptions::offload_optimizer, at any stage): the optimizer state and its update
 // move to the host, zero/offload.h; the stage's parameters and gradients stay where they are.
 // A group's gradient leaves for the host as soon as it is final for the step (its last
@@ -50,6 +73,7 @@
 
 #include "../common/io.h"  // fatal
 #include "../kernels/allocations.h"
+#include "../kernels/quantize_blocks.h"
 #include "comm.h"
 #include "offload.h"
 #include "partition.h"
@@ -77,13 +101,54 @@ struct ZeroPolicy {
     bool gathers_after_update() const { return shards_optimizer && !shards_params; }
 };
 
+// bytes moved per rank (zero/comm.h's accounting), inside its shard group and across groups
+struct ZeroTraffic {
+    CommCounters inside, across;
+};
+
+// The world's ranks in shard groups of N consecutive ranks (hybrid sharding; N <= 0 or the whole
+// world: one group). group() is this rank's group, replicas() the ranks that hold the same part of
+// the shard as this one, one in each group (null with one group): rank r and r +- N, r +- 2N...
+class ShardGroups {
+public:
+    ShardGroups(Communicator& world, int N) : world_(world) {
+        const int W = world.world(), r = world.rank();
+        if (N <= 0 || N == W) return;
+        if (W % N != 0) fatal(2, "--shard-group %d: expected a divisor of the %d ranks", N, W);
+        group_ = world.split(r / N * N, N, 1);
+        replicas_ = world.split(r % N, W / N, N);
+    }
+    Communicator& world() const { return world_; }
+    Communicator& group() const { return group_ ? *group_ : world_; }
+    Communicator* replicas() const { return replicas_.get(); }
+    // whether world rank `rank` is in this rank's group
+    bool holds(int rank) const { return rank / group().world() == world_.rank() / group().world(); }
+
+private:
+    Communicator& world_;
+    std::unique_ptr<Communicator> group_, replicas_;
+};
+
 struct ZeroOptions {
     // an fp32 copy of the parameters for the update (-w), where the backend's parameters are
     // narrower than fp32; ignored where they are fp32 already
     bool master_weights = true;
     // fp32 master weights, Adam m and v in host memory, updated there (--offload cpu)
     bool offload_optimizer = false;
+    // ranks per shard group (--shard-group): stages 1-3 shard over groups of this many
+    // consecutive ranks, each group a replica; 0: one group of all ranks
+    int shard_group = 0;
+    // stage 3's gathers send int8 blocks (--quantize-weights int8)
+    bool quantize_weights = false;
+    // reductions at stages 1-3 send int8 blocks (--quantize-grads int8)
+    bool quantize_grads = false;
 };
+
+// The smallest piece a quantized collective quantizes: with blocks of at most 256 values and at
+// most 12 tensors in a piece (Zero::kMaxGroupTensors), a piece of 512 or more values takes at
+// most 0.28 of its fp32 bytes, scales and padding included (0.56 of bf16); a smaller one (a final
+// layernorm's piece on many ranks) travels as it is, its scales costing more than they save.
+constexpr size_t kQuantMinValues = 2 * kQuantBlock;
 
 template <class Backend>
 class Zero {
@@ -100,13 +165,18 @@ public:
         }
     };
 
+    // comm: every rank of the run; the stage shards over options.shard_group of them
     Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, ZeroOptions options = {})
         : policy_(stage),
-          comm_(comm),
+          shard_groups_(comm, policy_.shards_optimizer ? options.shard_group : 0),
+          comm_(shard_groups_.group()),
+          replicas_(shard_groups_.replicas()),
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
-          plan_(groups, policy_.shards_optimizer ? comm.world() : 1),
-          rank_(policy_.shards_optimizer ? comm.rank() : 0),
-          master_in_state_(Backend::has_master_weights && options.master_weights) {
+          plan_(groups, policy_.shards_optimizer ? comm_.world() : 1),
+          rank_(policy_.shards_optimizer ? comm_.rank() : 0),
+          master_in_state_(Backend::has_master_weights && options.master_weights),
+          quantize_weights_(options.quantize_weights && policy_.shards_params && comm_.world() > 1),
+          quantize_grads_(options.quantize_grads && policy_.shards_optimizer && (comm_.world() > 1 || replicas_ != nullptr)) {
         const size_t S = plan_.shard_size(), P = plan_.total();
         const int N = plan_.world();
         for (int g = 0; g < plan_.num_groups(); g++)
@@ -130,10 +200,34 @@ public:
             slot_size[s] = std::max(slot_size[s], plan_.group(g).size);
             slot_piece[s] = std::max(slot_piece[s], std::min(max_piece_, plan_.group(g).shard_size));
         }
+        if (quantize_weights_ || quantize_grads_) plan_quantization();
+        // per slot, the largest quantized row of its groups' pieces, and of their parts across groups
+        size_t slot_row[kSlots] = {}, slot_part[kSlots] = {};
+        for (int g = 0; g < (int)quant_.size(); g++)
+            for (const PieceQuant& q : quant_[g]) {
+                const int s = slot_of(g);
+                if (q.whole.blocks > 0) slot_row[s] = std::max(slot_row[s], q.whole.row_bytes());
+                if (!q.parts.empty()) slot_part[s] = std::max(slot_part[s], q.parts[0].row_stride());
+            }
+        const int R = replica_count();
         const bool communicates = policy_.shards_optimizer || comm.world() > 1;  // else nothing is ever summed
         for (int s = 0; s < kSlots && communicates; s++) {
+            if (quantize_weights_ && slot_row[s] > 0) {
+                owned_.alloc(&q_gather_mine_[s], slot_row[s], &memory_.comm);
+                owned_.alloc(&q_gather_all_[s], (size_t)N * slot_row[s], &memory_.comm);
+            }
+            if (quantize_grads_ && N > 1 && slot_row[s] > 0) {
+                owned_.alloc(&q_reduce_send_[s], (size_t)N * slot_row[s], &memory_.comm);
+                owned_.alloc(&q_reduce_recv_[s], (size_t)N * slot_row[s], &memory_.comm);
+            }
+            if (slot_part[s] > 0) {
+                owned_.alloc(&q_across_send_[s], (size_t)R * slot_part[s], &memory_.comm);
+                owned_.alloc(&q_across_recv_[s], (size_t)R * slot_part[s], &memory_.comm);
+            }
             owned_.alloc(&rank_major_[s], (size_t)N * slot_piece[s], &memory_.comm);
             if (!policy_.all_reduces()) owned_.alloc(&my_piece_[s], slot_piece[s], &memory_.comm);
+            // stage 1 with replicas: a piece all-reduced across groups while the next one is reduce-scattered
+            if (replicas_ && !policy_.shards_grads) owned_.alloc(&across_piece_[s], slot_piece[s], &memory_.comm);
             if (policy_.shards_grads) owned_.alloc(&bucket_[s], slot_size[s], &memory_.comm);
             if (policy_.shards_params) {
                 owned_.alloc(&slot_[s], slot_size[s], &memory_.comm);
@@ -162,6 +256,15 @@ public:
 
     const PartitionPlan& plan() const { return plan_; }
     const ZeroMemory& memory() const { return memory_; }
+    // ranks per shard group, and groups (replicas of the shard)
+    int group_size() const { return comm_.world(); }
+    int replica_count() const { return replicas_ ? replicas_->world() : 1; }
+    // bytes moved since the last reset_traffic()
+    ZeroTraffic traffic() const { return {comm_.counters(), replicas_ ? replicas_->counters() : CommCounters{}}; }
+    void reset_traffic() {
+        comm_.reset_counters();
+        if (replicas_) replicas_->reset_counters();
+    }
     // fp32 master weights are part of the optimizer state (save_state, load_state)
     bool has_master_weights() const { return master_in_state_; }
     bool offloads_optimizer() const { return host_ != nullptr; }
@@ -181,24 +284,21 @@ public:
         }
         invalidate_slots();
     }
-    // this rank's view -> full fp32 parameters on the host; a collective at stage 3
-    void save(float* host) {
-        for (int g = 0; g < plan_.num_groups(); g++) {
-            Tensors p = params(g);
-            const auto& tensors = plan_.group(g).tensors;
-            for (size_t i = 0; i < tensors.size(); i++)
-                Backend::download_fp32(host + tensors[i].slice.offset, p[i], tensors[i].slice.n);
-        }
-    }
+    // this rank's view -> full fp32 parameters on the host (the shards as the optimizer holds
+    // them, never quantized); a collective at stage 3
+    void save(float* host) { download_params(host, false); }
 
     // Optimizer state in the flat, unsharded layout (so any stage and world size can take it
     // back): Adam's m and v, and the fp32 master weights where they are part of the state (else
     // `master` is left alone). The same with or without offload. A collective; only `root`
     // receives.
     void save_state(float* m, float* v, float* master, int root) {
+        if (!shard_groups_.holds(root)) return;  // the other groups hold the same shards again
         const int N = plan_.world();
         const size_t S = plan_.shard_size();
-        std::vector<float> shard(host_ ? 0 : S), rows(comm_.rank() == root && N > 1 ? (size_t)N * S : 0);
+        const bool is_root = shard_groups_.world().rank() == root;
+        root %= comm_.world();  // in the group
+        std::vector<float> shard(host_ ? 0 : S), rows(is_root && N > 1 ? (size_t)N * S : 0);
         auto gather = [&](const float* device_shard, const float* host_shard, float* out) {
             const float* mine = host_shard;
             if (host_ == nullptr) {
@@ -211,7 +311,7 @@ public:
                 comm_.gather_host(mine, rows.data(), S * sizeof(float), root);
                 all = rows.data();
             }
-            if (comm_.rank() != root) return;
+            if (!is_root) return;
             for (int g = 0; g < plan_.num_groups(); g++)
                 for (const auto& t : plan_.group(g).tensors)
                     for (int r = 0; r < N; r++)
@@ -243,30 +343,14 @@ public:
     // group's slot already holds them (or waits for the gather prefetch() started).
     Tensors params(int g) {
         comm_.note(Communicator::Event::ParamsWanted, g);
-        const auto& group = plan_.group(g);
-        if (!policy_.shards_params) return tensors_at(params_full_, group, full_offset);
-        int s = slot_of(g);
-        if (slot_group_[s] != g) {
-            // the last (or only) piece may have been started by prefetch()
-            for_each_piece(group, [&](size_t lo, size_t hi) {
-                if (gather_[s].group != g || gather_[s].lo != lo) {
-                    prefetch_misses_ += g != 0;  // (for the tests) the embedding comes first: nothing runs before it
-                    start_gather(g, lo, hi);
-                }
-                comm_.wait(gather_[s].ticket);
-                gather_[s].group = -1;
-                unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
-            });
-            slot_group_[s] = g;
-        }
-        return tensors_at(slot_[s], group, group_offset);
+        return params_gathered(g, quantize_weights_);
     }
     // Stage 3: start gathering group g (if it exists, is not already there and goes in one
     // piece) while the caller computes with another slot's group.
     void prefetch(int g) {
         if (!policy_.shards_params || g < 0 || g >= plan_.num_groups() || plan_.group(g).shard_size > max_piece_) return;
         int s = slot_of(g);
-        if (slot_group_[s] != g && gather_[s].group != g) start_gather(g, 0, plan_.group(g).shard_size);
+        if (slot_group_[s] != g && gather_[s].group != g) start_gather(g, 0, plan_.group(g).shard_size, quantize_weights_);
     }
 
     // Where group g's backward adds its gradients. At stages 2-3 the first call in a micro-step
@@ -325,8 +409,9 @@ public:
                 if (!reduced_[g]) reduce_group(g);
         last_micro_step_ = false;  // the gradients may be read again
         for (int s = 0; s < kSlots; s++) {
-            const int final_group = finish_reduce(s);
-            if (final_group >= 0) gradient_final(final_group);
+            // the slot's last reduce-scatter, then the all-reduce across groups it may start
+            for (const int final_group : {finish_reduce(s), finish_across(s)})
+                if (final_group >= 0) gradient_final(final_group);
             if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // of parameters about to change
             gather_[s].group = -1;
         }
@@ -366,6 +451,13 @@ public:
     // Stage 3: gathers params() had to start itself, for a group after the first of a micro-step
     // (each costs the overlap prefetch() is there for); 0 when the model prefetches correctly
     int prefetch_misses() const { return prefetch_misses_; }
+    // the parameters forward and backward compute with, as fp32 (with --quantize-weights the
+    // dequantized gathers); a collective at stage 3
+    std::vector<float> params_in_use() {
+        std::vector<float> out(plan_.total());
+        download_params(out.data(), quantize_weights_);
+        return out;
+    }
 
 private:
     static constexpr int kSlots = 4;
@@ -376,6 +468,16 @@ private:
         size_t lo = 0, hi = 0;
         Communicator::Ticket ticket = 0;
         bool last_of_step = false;
+        bool quantized = false;  // of int8 blocks
+        bool gathering = false;  // a quantized all-reduce across groups in its second half, the all-gather
+    };
+    // How a piece of a group's shard travels quantized: a rank's row of it in the group's
+    // collectives (whole; blocks == 0: unquantized), and with replicas and quantized gradients
+    // part j of part_values values for replica j (none: an unquantized all-reduce across groups)
+    struct PieceQuant {
+        QuantRows whole;
+        std::vector<QuantRows> parts;
+        size_t part_values = 0;
     };
     // where a tensor sits: in the flat, full-size layout, or in a group's own buffer
     static size_t full_offset(const PartitionPlan::Tensor& t) { return t.slice.offset; }
@@ -392,14 +494,119 @@ private:
     void for_each_piece(const PartitionPlan::Group& g, F f) const {
         for (size_t lo = 0; lo < g.shard_size; lo += max_piece_) f(lo, std::min(g.shard_size, lo + max_piece_));
     }
-    // gathers the piece [lo, hi) of group g's shard into the slot's buffer
-    void start_gather(int g, size_t lo, size_t hi) {
+    // Group g's parameters in its slot, ready for the kernels: at stage 3 all-gathered (as int8
+    // blocks where `quantized` and the piece is large enough) unless the slot holds them already
+    // or a prefetch() is gathering them
+    Tensors params_gathered(int g, bool quantized) {
+        const auto& group = plan_.group(g);
+        if (!policy_.shards_params) return tensors_at(params_full_, group, full_offset);
+        int s = slot_of(g);
+        if (slot_group_[s] != g) {
+            // the last (or only) piece may have been started by prefetch()
+            for_each_piece(group, [&](size_t lo, size_t hi) {
+                if (gather_[s].group != g || gather_[s].lo != lo || gather_[s].quantized != (quantized && quantized_piece(g, lo))) {
+                    prefetch_misses_ += g != 0;  // (for the tests) the embedding comes first: nothing runs before it
+                    start_gather(g, lo, hi, quantized);
+                }
+                comm_.wait(gather_[s].ticket);
+                if (gather_[s].quantized) Backend::dequantize_int8(gathered_[s], q_gather_all_[s], quant(g, lo).whole, comm_.world());
+                gather_[s].group = -1;
+                unpack(slot_[s], gathered_[s], group, group_offset, lo, hi);
+            });
+            slot_group_[s] = g;
+        }
+        return tensors_at(slot_[s], group, group_offset);
+    }
+    // gathers the piece [lo, hi) of group g's shard into the slot's buffer, as int8 blocks where
+    // `quantized` and the piece is large enough
+    void start_gather(int g, size_t lo, size_t hi, bool quantized) {
         const auto& group = plan_.group(g);
         int s = slot_of(g);
         if (gather_[s].group >= 0) comm_.wait(gather_[s].ticket);  // an unused prefetch
         comm_.note(Communicator::Event::NextCollectiveMoves, g);
-        gather_[s] = {g, lo, hi, comm_.all_gather_async(params_shard_ + group.shard_offset + lo, gathered_[s], hi - lo, dtype_)};
+        const floatX* mine = params_shard_ + group.shard_offset + lo;
+        if (quantized && quantized_piece(g, lo)) {
+            const QuantRows& rows = quant(g, lo).whole;
+            Backend::quantize_int8(q_gather_mine_[s], mine, rows, 1);
+            gather_[s] = {g, lo, hi, comm_.all_gather_async(q_gather_mine_[s], q_gather_all_[s], rows.row_bytes(), DType::I8), false, true};
+        } else {
+            gather_[s] = {g, lo, hi, comm_.all_gather_async(mine, gathered_[s], hi - lo, dtype_)};
+        }
     }
+    // every group's parameters (quantized: as the model computes with them) -> fp32 on the
+    // host; the slots are gathered afresh before and after, so that quantized and exact
+    // parameters never stand in for each other
+    void download_params(float* host, bool quantized) {
+        invalidate_slots();
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            Tensors p = params_gathered(g, quantized);
+            const auto& tensors = plan_.group(g).tensors;
+            for (size_t i = 0; i < tensors.size(); i++)
+                Backend::download_fp32(host + tensors[i].slice.offset, p[i], tensors[i].slice.n);
+        }
+        invalidate_slots();
+    }
+
+    // Quantized collectives: each piece's rows (kernels/quantize_blocks.h), whole and in parts
+    // across groups, their blocks in host and backend memory
+    void plan_quantization() {
+        const int R = replica_count();
+        std::vector<std::vector<QuantBlock>> blocks;  // of every QuantRows below, in for_each_quant_rows' order
+        for (int g = 0; g < plan_.num_groups(); g++) {
+            quant_.emplace_back();
+            for_each_piece(plan_.group(g), [&](size_t lo, size_t hi) {
+                PieceQuant q;
+                if (hi - lo >= kQuantMinValues) q.whole = quant_rows_of(g, lo, hi, &blocks);
+                q.part_values = (hi - lo + R - 1) / R;
+                if (quantize_grads_ && replicas_ && q.part_values >= kQuantMinValues) {
+                    size_t stride = 0;
+                    for (int j = 0; j < R; j++) {
+                        const size_t a = std::min(hi, lo + j * q.part_values), b = std::min(hi, a + q.part_values);
+                        q.parts.push_back(quant_rows_of(g, a, b, &blocks));
+                        stride = std::max(stride, q.parts.back().row_bytes());
+                    }
+                    for (QuantRows& part : q.parts) part.stride = stride;  // one message size for the all-to-all
+                }
+                quant_.back().push_back(q);
+            });
+        }
+        size_t count = 0;
+        for (const auto& b : blocks) count += b.size();
+        QuantBlock* device = nullptr;
+        owned_.alloc(&device, count, &memory_.comm);
+        quant_blocks_.reserve(count);
+        size_t next = 0;
+        for_each_quant_rows([&](QuantRows& rows) {
+            rows.host = quant_blocks_.data() + quant_blocks_.size();
+            rows.device = device + quant_blocks_.size();
+            quant_blocks_.insert(quant_blocks_.end(), blocks[next].begin(), blocks[next].end());
+            next++;
+        });
+        Backend::from_host(device, quant_blocks_.data(), count * sizeof(QuantBlock));
+    }
+    // the rows of the values [a, b) of group g's shard: blocks of its tensor pieces (appended to
+    // *blocks; the rows' pointers are set once all are known)
+    QuantRows quant_rows_of(int g, size_t a, size_t b, std::vector<std::vector<QuantBlock>>* blocks) {
+        std::vector<size_t> tensor_pieces;
+        for_each_in_piece(plan_.group(g), a, b, [&](const PartitionPlan::Tensor&, size_t, size_t, size_t len) { tensor_pieces.push_back(len); });
+        blocks->push_back(quant_blocks(tensor_pieces));
+        QuantRows rows;
+        rows.blocks = (int)blocks->back().size();
+        rows.values = b - a;
+        return rows;
+    }
+    // f(rows) for every piece's rows that have blocks: whole, then its parts, piece after piece
+    template <class F>
+    void for_each_quant_rows(F f) {
+        for (auto& pieces : quant_)
+            for (PieceQuant& q : pieces) {
+                if (q.whole.values > 0) f(q.whole);  // made by quant_rows_of
+                for (QuantRows& part : q.parts) f(part);
+            }
+    }
+    // how group g's piece starting at lo travels quantized, and whether it does (whole)
+    const PieceQuant& quant(int g, size_t lo) const { return quant_[g][lo / max_piece_]; }
+    bool quantized_piece(int g, size_t lo) const { return !quant_.empty() && quant(g, lo).whole.blocks > 0; }
     // Starts summing group g's gradients over ranks, piece by piece through its slot's
     // buffers: all-reduced in the full gradient, reduce-scattered from it, or reduce-scattered
     // from the micro-step's bucket, as the policy says. The last piece finishes while the caller
@@ -413,33 +620,111 @@ private:
         }
         const auto& group = plan_.group(g);
         const int s = slot_of(g);
+        for (int t = 0; t < kSlots; t++) exchange_across(t);  // each quantized exchange across groups a group of compute ago
         for_each_piece(group, [&](size_t lo, size_t hi) {
             const int final_group = finish_reduce(s);  // the slot's previous piece
             if (final_group >= 0) gradient_final(final_group);
             if (policy_.shards_grads) pack(rank_major_[s], bucket_[s], group, group_offset, lo, hi);
             else pack(rank_major_[s], grads_full_, group, full_offset, lo, hi);
             comm_.note(Communicator::Event::NextCollectiveMoves, g);
-            reduce_[s] = {g, lo, hi,
-                          policy_.all_reduces() ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
-                                                : comm_.reduce_scatter_async(rank_major_[s], my_piece_[s], hi - lo, dtype_),
-                          last_of_step};
+            if (quantize_grads_ && comm_.world() > 1 && quantized_piece(g, lo)) {  // each rank's row as int8 blocks
+                const QuantRows& rows = quant(g, lo).whole;
+                Backend::quantize_int8(q_reduce_send_[s], rank_major_[s], rows, comm_.world());
+                reduce_[s] = {g, lo, hi, comm_.all_to_all_async(q_reduce_send_[s], q_reduce_recv_[s], rows.row_bytes(), DType::I8), last_of_step, true};
+            } else {
+                reduce_[s] = {g, lo, hi,
+                              policy_.all_reduces() ? comm_.all_reduce_async(rank_major_[s], hi - lo, dtype_)
+                                                    : comm_.reduce_scatter_async(rank_major_[s], my_piece_[s], hi - lo, dtype_),
+                              last_of_step};
+            }
         });
     }
     // The slot's reduction under way, if any, waited for and its result put where the optimizer
     // reads it: back into the full gradient (all-reduced), into this rank's chunks of it
-    // (reduce-scattered from it), added into the gradient shard (from a bucket). Returns the
-    // group whose gradient that made final for the step (its last piece of the step's last
+    // (reduce-scattered from it, or summed from the quantized rows an all-to-all brought), added
+    // into the gradient shard (from a bucket). With replicas,
+    // the step's last reduction then starts the piece's all-reduce across groups (after the one
+    // the slot has under way, if any, is finished): in the shard, or at stage 1 in a buffer of
+    // its own, so that the slot's next reduce-scatter need not wait for it. Returns the group
+    // whose gradient that made final for the step (its last piece of the step's last
     // reduction), else -1.
     int finish_reduce(int s) {
+        const int final_across = finish_across(s);
         InFlight& r = reduce_[s];
-        if (r.group < 0) return -1;
+        if (r.group < 0) return final_across;
         comm_.wait(r.ticket);
         const auto& group = plan_.group(r.group);
-        if (policy_.all_reduces()) unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
-        else if (!policy_.shards_grads) copy_from_my_piece(my_piece_[s], group, r.lo, r.hi, [&](const PartitionPlan::Tensor& t) { return grad_of(t); });
-        else Backend::accumulate(grads_shard_ + group.shard_offset + r.lo, my_piece_[s], r.hi - r.lo);
-        const int final_group = r.last_of_step && r.hi == group.shard_size ? r.group : -1;
+        if (r.quantized) Backend::dequantize_sum_int8(my_piece_[s], q_reduce_recv_[s], quant(r.group, r.lo).whole, comm_.world());
+        const bool across = replicas_ && r.last_of_step && !policy_.all_reduces();
+        auto grad_chunk = [&](const PartitionPlan::Tensor& t) { return grad_of(t); };
+        if (policy_.all_reduces()) {
+            unpack(grads_full_, rank_major_[s], group, full_offset, r.lo, r.hi);
+        } else if (!policy_.shards_grads) {
+            if (across) std::swap(my_piece_[s], across_piece_[s]);
+            else copy_from_my_piece(my_piece_[s], group, r.lo, r.hi, grad_chunk);
+        } else {
+            Backend::accumulate(grads_shard_ + group.shard_offset + r.lo, my_piece_[s], r.hi - r.lo);
+        }
+        if (across) start_across(s, r.group, r.lo, r.hi);
+        const int final_group = !across && r.last_of_step && r.hi == group.shard_size ? r.group : -1;
         r.group = -1;
+        return final_group >= 0 ? final_group : final_across;  // at most one is: across or not
+    }
+    // the piece [lo, hi) of group g's gradient shard that slot s all-reduces across groups
+    floatX* across_piece(int s, int g, size_t lo) const {
+        return policy_.shards_grads ? grads_shard_ + plan_.group(g).shard_offset + lo : across_piece_[s];
+    }
+    // Starts the all-reduce across groups of group g's piece [lo, hi): quantized, each replica's
+    // part as int8 blocks to that replica (the first half; exchange_across() does the second)
+    void start_across(int s, int g, size_t lo, size_t hi) {
+        floatX* piece = across_piece(s, g, lo);
+        replicas_->note(Communicator::Event::NextCollectiveMoves, g);
+        const PieceQuant* q = quantize_grads_ ? &quant(g, lo) : nullptr;
+        if (q == nullptr || q->parts.empty()) {
+            across_[s] = {g, lo, hi, replicas_->all_reduce_async(piece, hi - lo, dtype_), true};
+            return;
+        }
+        const size_t stride = q->parts[0].row_stride();
+        for (size_t j = 0; j < q->parts.size(); j++)
+            Backend::quantize_int8(q_across_send_[s] + j * stride, piece + j * q->part_values, q->parts[j], 1);
+        across_[s] = {g, lo, hi, replicas_->all_to_all_async(q_across_send_[s], q_across_recv_[s], stride, DType::I8), true, true};
+    }
+    // A quantized all-reduce across groups halfway (its all-to-all under way): waited for, this
+    // replica's part summed in fp32 from every replica's, quantized again and all-gathered
+    void exchange_across(int s) {
+        InFlight& a = across_[s];
+        if (a.group < 0 || !a.quantized || a.gathering) return;
+        replicas_->wait(a.ticket);
+        const PieceQuant& q = quant(a.group, a.lo);
+        const int k = replicas_->rank();
+        const size_t stride = q.parts[0].row_stride();
+        floatX* mine = across_piece(s, a.group, a.lo) + k * q.part_values;
+        Backend::dequantize_sum_int8(mine, q_across_recv_[s], q.parts[k], replicas_->world());
+        Backend::quantize_int8(q_across_send_[s], mine, q.parts[k], 1);
+        replicas_->note(Communicator::Event::NextCollectiveMoves, a.group);
+        a.ticket = replicas_->all_gather_async(q_across_send_[s], q_across_recv_[s], stride, DType::I8);
+        a.gathering = true;
+    }
+    // The slot's all-reduce across groups, if any, waited for (quantized: each replica's summed
+    // part dequantized into the piece, this replica's too, so that all hold the same), at stage 1
+    // the piece then copied into this rank's chunks of the full gradient; returns the group it
+    // made final, else -1
+    int finish_across(int s) {
+        exchange_across(s);
+        InFlight& a = across_[s];
+        if (a.group < 0) return -1;
+        replicas_->wait(a.ticket);
+        const auto& group = plan_.group(a.group);
+        if (a.quantized) {
+            const PieceQuant& q = quant(a.group, a.lo);
+            const size_t stride = q.parts[0].row_stride();
+            for (size_t j = 0; j < q.parts.size(); j++)
+                Backend::dequantize_int8(across_piece(s, a.group, a.lo) + j * q.part_values, q_across_recv_[s] + j * stride, q.parts[j], 1);
+        }
+        if (!policy_.shards_grads)
+            copy_from_my_piece(across_piece_[s], group, a.lo, a.hi, [&](const PartitionPlan::Tensor& t) { return grad_of(t); });
+        const int final_group = a.hi == group.shard_size ? a.group : -1;
+        a = InFlight{};
         return final_group;
     }
     // group g's gradient is final for the step: offloaded, it leaves for the host now, on the
@@ -581,11 +866,15 @@ private:
     }
 
     ZeroPolicy policy_;
-    Communicator& comm_;
+    ShardGroups shard_groups_;
+    Communicator& comm_;         // this rank's shard group: the collectives of the stage
+    Communicator* replicas_;     // the ranks holding the same shard in the other groups (null: none)
     DType dtype_;
     PartitionPlan plan_;
     int rank_;  // which chunk this rank owns (0 at stage 0: it owns everything)
     bool master_in_state_;
+    bool quantize_weights_;  // stage 3's gathers go as int8 blocks
+    bool quantize_grads_;    // reductions go as int8 blocks (inside the group where it has ranks, across groups)
     ZeroMemory memory_;
     Allocations<Backend> owned_;
     floatX *params_full_ = nullptr, *grads_full_ = nullptr;    // unsharded, in the flat layout
@@ -601,17 +890,30 @@ private:
     // (slot_, in the group's layout) and the rank-major buffer they are gathered into
     floatX* rank_major_[kSlots] = {};
     floatX* my_piece_[kSlots] = {};
+    floatX* across_piece_[kSlots] = {};  // stage 1 with replicas: a piece all-reduced across groups
     floatX* bucket_[kSlots] = {};
     floatX* slot_[kSlots] = {};
     floatX* gathered_[kSlots] = {};
+    // Quantized collectives, per slot: a gather's row of this rank and every rank's; a reduction's
+    // rows sent and received inside the group; and across groups, a row per replica sent and
+    // received (the all-gather's reusing them)
+    uint8_t* q_gather_mine_[kSlots] = {};
+    uint8_t* q_gather_all_[kSlots] = {};
+    uint8_t* q_reduce_send_[kSlots] = {};
+    uint8_t* q_reduce_recv_[kSlots] = {};
+    uint8_t* q_across_send_[kSlots] = {};
+    uint8_t* q_across_recv_[kSlots] = {};
+    std::vector<std::vector<PieceQuant>> quant_;  // [group][piece]; empty: nothing quantized
+    std::vector<QuantBlock> quant_blocks_;        // the blocks of every QuantRows above, in host memory
     // which group each slot's parts hold or are receiving (-1: none)
     int slot_group_[kSlots] = {-1, -1, -1, -1};
     int bucket_group_[kSlots] = {-1, -1, -1, -1};
     std::vector<char> reduced_;  // per group: its reduction of this step has started (stages 0-1)
     std::vector<char> zeroed_;   // per group: no grads_done since its gradients were zeroed
     bool last_micro_step_ = false;  // begin_micro_step(true) until the norm is taken
-    // each slot's collective under way, if any: a stage-3 gather, a reduction, a gather after the update
-    InFlight gather_[kSlots], reduce_[kSlots], updated_gather_[kSlots];
+    // each slot's collective under way, if any: a stage-3 gather, a reduction, its all-reduce
+    // across groups, a gather after the update
+    InFlight gather_[kSlots], reduce_[kSlots], across_[kSlots], updated_gather_[kSlots];
     int prefetch_misses_ = 0;
     size_t max_piece_ = 0;  // elements per rank a collective moves at most: the largest layer shard
 };
