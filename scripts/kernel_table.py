@@ -56,7 +56,7 @@ def main():
     if total == 0:
         sys.exit(f"{path}: no kernel times")
     print(f"kernel table: {sum(calls.values()) / steps:.0f} kernels per step, {total / steps:.2f} ms of kernel time per step "
-          f"(ncu gpu__time_duration.sum over {steps} steps)")
+          f"(ncu gpu__time_duration.sum over {steps} step{'' if steps == 1 else 's'})")
     if step_ms is not None:
         gap = step_ms - total / steps
         print(f"kernel table: a step takes {step_ms:.2f} ms, {gap:.2f} ms ({100 * gap / step_ms:.1f}%) more than its kernels "
