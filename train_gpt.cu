@@ -292,7 +292,7 @@ struct TrainConfig {
     std::string quantize_weights = "none";  // int8: stage 3's gathers as int8 blocks (zero/zero.h)
     std::string quantize_grads = "none";    // int8: reductions at stages 1-3 as int8 blocks (zero/zero.h)
     int recompute = 1;
-    int cuda_graph = 1;         // where it applies: one rank, -z 0 or 1, no offload (Run::graphs_apply)
+    int cuda_graph = 1;         // where it applies: one rank, -z 0, no offload (Run::graphs_apply)
     int master_weights = 1;
     int tf32 = 1;
     int gelu_fusion = 0;
@@ -361,7 +361,7 @@ static const Flag kFlags[] = {
     {"", "--quantize-weights", 's', FIELD(quantize_weights), 0, 0, "none | int8: stage 3 gathers parameters as int8 blocks with a scale each"},
     {"", "--quantize-grads", 's', FIELD(quantize_grads), 0, 0, "none | int8: stages 1-3 reduce gradients as int8 blocks (an all-to-all), summed in fp32"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
-    {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0-1, no offload)"},
+    {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0, no offload)"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
     {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (here: in bf16 always, where cuBLASLt offers it)"},
@@ -737,10 +737,11 @@ struct Run {
     LossSum<Backend> train_loss, eval_loss;  // kLossSums of them
     // a micro-step's forward and backward as a CUDA graph (--cuda-graph): one for a step's first
     // micro-step, whose gradients start from zero (cuBLASLt then writes the bias gradients), one for
-    // the others. Only where no collective or host transfer runs inside them: one rank, the
-    // gradients not sharded, nothing offloaded.
+    // the others. Only where no collective or host transfer runs inside them: one rank at stage 0
+    // (whose reductions are then nothing; stage 1's reduce-scatter goes through the communicator),
+    // nothing offloaded.
     typename Backend::CapturedWork micro_step_graphs[2];
-    bool graphs_apply() const { return cfg.cuda_graph == 1 && world == 1 && cfg.zero_stage <= 1 && cfg.offload == "none"; }
+    bool graphs_apply() const { return cfg.cuda_graph == 1 && world == 1 && cfg.zero_stage == 0 && cfg.offload == "none"; }
     uint64_t sample_rng;
     OutlierDetector loss_z, grad_z;
     NonFiniteSteps nonfinite;
