@@ -106,7 +106,7 @@ struct CudaBackend {
         CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, gpu::stream()));
     }
     static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
-    // kernels and cuBLASLt matmuls queued since init
+    // kernels, cuBLASLt matmuls and CUDA graphs queued since init (a graph's own kernels not counted)
     static uint64_t launches() { return gpu::ctx().launches; }
     using CapturedWork = gpu::CapturedWork;
     template <class F>

@@ -2,7 +2,7 @@
 // first heuristic choice, the same for a shape at every layer and every run) beside every other
 // algorithm the heuristic offers for it: TFLOP/s, and the ms a step would save with the fastest.
 // It tells whether choosing algorithms by timing (which no longer gives the same bits on every
-// machine and run) would pay. Shapes and epilogues as the model calls them: d12 B=64 and d48
+// machine and run) would pay: its ratios, not its totals (each GEMM alone, on random operands). Shapes and epilogues as the model calls them: d12 B=64 and d48
 // B=16 at T=1024, one micro-batch a step (so BGRADB writes the bias gradients), bf16 build.
 // Built by kernels/cuda.mk (scripts/bench_gemm), run by scripts/bench_gpu.sh.
 //   bench_gemm [candidates]   (default 16: algorithms asked of the heuristic per GEMM)
@@ -96,6 +96,8 @@ std::vector<float> time_algorithms(const GemmCall& call, int candidates) {
     }
     for (void* p : {(void*)a, (void*)b, (void*)d, (void*)bias, (void*)aux})
         if (p != nullptr) CudaBackend::release(p);
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
+    for (cublasLtMatrixLayout_t l : {plan.la, plan.lb, plan.ld}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
     return ms;
 }
 

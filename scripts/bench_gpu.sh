@@ -66,7 +66,7 @@ if [ "$BUILD" = . ] && [ -x scripts/bench_gemm ]; then timed scripts/bench_gemm;
 d12=$(bench d12 64 50 1)
 echo "$d12"
 # where a d12 step's time goes, kernel by kernel (Nsight Compute on the last of 3 steps, caches
-# as the run leaves them), and how much of the step above no kernel ran
+# as the run leaves them), and the step's time above less its kernels' (scripts/kernel_table.py)
 if command -v ncu >/dev/null; then
     timed ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum \
         --print-kernel-base function --csv --page raw \

@@ -19,7 +19,7 @@
 #   --filter PATTERN     GoogleTest's --gtest_filter for every test binary, e.g. 'Cuda.Attention*'
 #   --memcheck[=FILTER]  adds compute-sanitizer's memcheck over the kernel tests FILTER names
 #                        (default the small shapes: see MEMCHECK_FILTER below), with its time
-#   --timeout S          the most that one test binary, mpirun or benchmark run takes (120)
+#   --timeout S          the most that one test binary, mpirun or benchmark run takes (150)
 #   --budget S           the whole check's time (540, of a 600 s call): see Time
 #   --pack               fills .deps/ (scripts/pack_deps.sh) and stops
 #
@@ -41,17 +41,17 @@
 #
 # Time. Each phase ends by its deadline, a share of --budget (shares of the phases run, scaled to
 # it), so a slow phase cannot take a later one's time; within a phase each build gets its part in
-# turn; what cannot start in time is said SKIP (out of time). Shares of the default 540 s, sized
-# from the H200 run of 2026-12-04 (docs/gpu_runs.md: one build's times in brackets):
-#   build      60 s  both builds side by side (two builds, 8 binaries, 41 s)
-#   kernels   150 s  bf16 and fp32 kernel tests per build, --timeout each, a test rerun alone half
-#                    (bf16 58 s of tests; fp32 36 s up to Cuda.Classifier, the rest not yet timed)
-#   zero      100 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
-#                    (5 s, 19 s; bf16 on 3 ranks about 2 s a test, 33 tests)
+# turn; what cannot start in time is said SKIP (out of time). Shares, scaled to the default 540 s,
+# sized from the H200 runs of 2026-12-04 (docs/gpu_runs.md: one build's times in brackets):
+#   build      50 s  both builds side by side (two builds, 8 binaries, 41 s; one build 30-43 s)
+#   kernels   170 s  bf16 and fp32 kernel tests per build, --timeout each, a test rerun alone half
+#                    (the bf16 binary about 100 s, the fp32 one 39 s)
+#   zero       70 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
+#                    (6 s, 21 s, 24 s)
 #   train      60 s  the trainer's own checks on the GPU (default build): test/test_memory_plan_gpu.sh
 #                    (the plan against what the runs take) and test/test_divergence.sh (a NaN model
-#                    refused, a diverging run stopped with exit 3, its checkpoint kept); not yet timed
-#   bench     230 s  bench_gpu.sh per build, --timeout a run (attention, kernels, d12 and its
+#                    refused, a diverging run stopped with exit 3, its checkpoint kept) (36 s, 10 s)
+#   bench     220 s  bench_gpu.sh per build, --timeout a run (attention, kernels, d12 and its
 #                    kernel table, d48, offload, d24, ZeRO 0-3: the most wanted first)
 #   memcheck  150 s  only with --memcheck; memcheck slows kernels tens of times
 # One build fits a 600 s call; two builds (a candidate kernel in the tree) do not: each phase is
@@ -71,7 +71,7 @@ cd "$(dirname "$0")/.."
 NO_GPU=77
 START=$SECONDS
 MEMCHECK_FILTER='Cuda.*-*Model*:*Training*:*Shape*'  # the tests at small shapes
-only="" filter="" memcheck="" timeout_s=120 budget=540
+only="" filter="" memcheck="" timeout_s=150 budget=540
 usage() { echo "gpu_check: $1 (usage: gpu_check.sh [--only WORDS] [--filter PATTERN] [--memcheck[=FILTER]] [--timeout S] [--budget S] | --pack)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -178,7 +178,7 @@ say "build: sm_${arch:-90}, MPI $([ -n "$mpi" ] && echo "${mpi#"$PWD"/}" || echo
 [ ${#builds[@]} -gt 0 ] || exit 1
 
 # each phase's deadline: its share of the budget, the shares of the phases run scaled to it
-declare -A share=([build]=60 [kernels]=150 [zero]=100 [train]=60 [bench]=230 [memcheck]=150) deadline=()
+declare -A share=([build]=50 [kernels]=170 [zero]=70 [train]=60 [bench]=220 [memcheck]=150) deadline=()
 total=${share[build]}
 for p in "${phases[@]}"; do total=$((total + share[$p])); done
 sum=0 until=""
@@ -360,7 +360,6 @@ run_script() {
 }
 
 if has train "${phases[@]}"; then
-    phase_start=$SECONDS
     if ! has default "${builds[@]}"; then
         say "SKIP  train: its checks run the default build"
     elif [ ! -x train_gpt ]; then

@@ -7,7 +7,8 @@
 #     (cudaMemGetInfo) is at least the plan's device total, and what it takes beyond that (the
 #     rounding of each allocation, the kernels loaded on first use, cuBLASLt's own) stays within
 #     what the plan keeps free for it (train/memory_plan.h: kCudaReserve, 2 MiB an allocation)
-#   - all the GPU holds after step 1, the context included, is within what the plan says the
+#   - all the GPU holds after step 1, the context included, and at its peak over 3 steps (the
+#     CUDA graph made at step 2 included, where one applies), is within what the plan says the
 #     run needs (so -b auto's margin is enough), on a GPU that nothing else uses
 # Each run prints its measured figures: the context, and the memory beyond the plan.
 # Usage: bash test/test_memory_plan_gpu.sh [TRAIN_GPT]   (default ./train_gpt, the CUDA build)
@@ -34,14 +35,15 @@ trap 'rm -f "$out" "$shard"' EXIT
 
 mib() { sed -n "s/$1/\\1/p" "$out" | head -1; }
 check() {  # FLAGS...: one run against its plan
-    timeout 300 "$bin" --device cuda -i "$shard" -t 1024 -x 1 -v 0 -s 0 -o "" "$@" >"$out" 2>&1 || fail "$* exited $?"
-    local ran buffers taken in_use planned needed allocations reserve B
+    timeout 300 "$bin" --device cuda -i "$shard" -t 1024 -x 3 -v 0 -s 0 -o "" "$@" >"$out" 2>&1 || fail "$* exited $?"
+    local ran buffers taken in_use peak planned needed allocations reserve B
     ran=$(grep '^rank 0 memory MiB' "$out")
     B=$(sed -n 's/.* | B=\([0-9]*\) T=1024.*/\1/p' "$out")
     buffers=$(mib '^rank 0 device memory after step 1: \([0-9.]*\) MiB in the run.s buffers.*')
     taken=$(mib '.*, \([0-9.]*\) MiB taken since the CUDA context was made.*')
     in_use=$(mib '.*, \([0-9.]*\) MiB in use on the GPU$')
-    [ -n "$ran" ] && [ -n "$B" ] && [ -n "$buffers" ] && [ -n "$taken" ] && [ -n "$in_use" ] || fail "$*: no memory lines"
+    peak=$(mib '^rank 0 peak device memory in use after a step.*: \([0-9.]*\) MiB$')
+    [ -n "$ran" ] && [ -n "$B" ] && [ -n "$buffers" ] && [ -n "$taken" ] && [ -n "$in_use" ] && [ -n "$peak" ] || fail "$*: no memory lines"
     local -a plan_flags=()
     for a in "$@"; do [ "$a" = auto ] && plan_flags+=("$B") || plan_flags+=("$a"); done
     "$bin" --plan --device cuda -t 1024 "${plan_flags[@]}" >"$out" 2>&1 || fail "--plan $* exited $?"
@@ -55,10 +57,11 @@ $planned"
     allocations=$(mib '.* MiB for \([0-9]*\) allocations. rounding.*')
     reserve=$(mib '.*(\([0-9.]*\) GiB kept free for the CUDA context and libraries.*')
     needed=$(awk "BEGIN { print $total + 1024 * $reserve + 2 * $allocations }")
-    echo "$* (B=$B): planned $total MiB, buffers after step 1 $buffers, taken $taken (beyond the plan $(awk "BEGIN { print $taken - $total }")), in use $in_use (the context and what was there before: $(awk "BEGIN { print $in_use - $taken }")), needed by the plan $needed"
+    echo "$* (B=$B): planned $total MiB, buffers after step 1 $buffers, taken $taken (beyond the plan $(awk "BEGIN { print $taken - $total }")), in use $in_use (the context and what was there before: $(awk "BEGIN { print $in_use - $taken }")), peak $peak, needed by the plan $needed"
     [ "$buffers" = "$total" ] || fail "$*: the buffers hold $buffers MiB after step 1, the plan $total"
     awk "BEGIN { exit !($taken + 1 >= $total) }" || fail "$*: $taken MiB taken, less than the $total planned"
     awk "BEGIN { exit !($in_use <= $needed) }" || fail "$*: $in_use MiB in use, more than the $needed MiB the plan says it needs"
+    awk "BEGIN { exit !($peak <= $needed) }" || fail "$*: $peak MiB in use at the peak of 3 steps, more than the $needed MiB the plan says it needs"
 }
 
 check -e d12 -b 8 -r 0

@@ -191,8 +191,8 @@ inline cudaStream_t stream() { return ctx().stream; }
 inline void resize_scratch(size_t bytes) {
     Context& c = ctx();
     if (c.capturing || c.live_graphs > 0)
-        fatal(1, "an op wanted %zu bytes of scratch, more than the run reserved, while a CUDA graph %s the scratch's address", bytes,
-              c.capturing ? "captures" : "holds");
+        fatal(1, "the scratch would grow from %zu to %zu bytes (an op wants more than the run reserved) while a CUDA graph %s its "
+              "address; --cuda-graph 0 runs without graphs", c.scratch_size, bytes, c.capturing ? "captures" : "holds");
     CUDA_CHECK(cudaStreamSynchronize(c.stream));
     if (c.scratch) CUDA_CHECK(cudaFree(c.scratch));
     c.scratch_size = bytes;
@@ -262,8 +262,10 @@ inline void check_launch(const char* launcher = __builtin_FUNCTION(), const char
 // forward and backward), as a CUDA graph: run as it is the first time (so its cuBLASLt plans are
 // made and its kernels loaded outside a capture), captured the second time, and from then on one
 // launch instead of one per kernel. The caller keeps one CapturedWork for each distinct work.
+// What the work does on the host (flags it sets, counters, pointers it chooses) happens on its
+// first two calls only: nothing may depend on it being done again.
 struct CapturedWork {
-    int calls = 0;
+    bool ran = false;  // the first call ran the work as it is
     cudaGraphExec_t exec = nullptr;
     uint64_t launches = 0;  // the kernels and matmuls the graph holds
     CapturedWork() = default;
@@ -278,7 +280,8 @@ struct CapturedWork {
 template <class F>
 void run_captured(CapturedWork& w, F&& work) {
     Context& c = ctx();
-    if (w.calls++ == 0) {
+    if (!w.ran) {
+        w.ran = true;
         work();
         return;
     }
