@@ -26,11 +26,9 @@ fi
 # random tokens to train on (the GPU machine has no data of its own): llm.c's shard format
 shard=$(mktemp)
 python3 -c "
-import random, struct, sys
-n = 1 << 21
-header = struct.pack('<256i', 20240520, 1, n, *[0] * 253)
-random.seed(0)
-sys.stdout.buffer.write(header + struct.pack('<%dH' % n, *(random.randrange(50257) for _ in range(n))))" >"$shard" || fail "writing a token shard"
+import sys, numpy as np; sys.path.insert(0, 'data')
+from data_common import write_token_shard
+write_token_shard('$shard', np.random.default_rng(0).integers(0, 50257, 1 << 21))" || fail "writing a token shard"
 trap 'rm -f "$out" "$shard"' EXIT
 
 mib() { sed -n "s/$1/\\1/p" "$out" | head -1; }
