@@ -193,11 +193,14 @@ public:
             const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
             floatX* fch = layer(fch_, l, 4 * C);
             if (recompute_ >= 1) Backend::gelu_forward(fch_gelu(l), fch, (size_t)BT * 4 * C);
-            Backend::matmul_gelu_backward(dbuf4_, g[L_FCPROJW], g[L_FCPROJB], dresidual_, fch_gelu(l), fch, p[L_FCPROJW],
-                                          BT, 4 * C, C, zeroed);
+            // fc's bias gradient (the column sums of dbuf4_) may come from the GEMM that makes dbuf4_
+            const bool fc_dbias_done = Backend::matmul_gelu_backward(dbuf4_, g[L_FCPROJW], g[L_FCPROJB], dresidual_, fch_gelu(l),
+                                                                     fch, p[L_FCPROJW], BT, 4 * C, C, zeroed,
+                                                                     zeroed ? g[L_FCB] : nullptr);
             if (recompute_ >= 2)
                 Backend::layernorm_forward(ln2(l), ln2_stats(l, 0), ln2_stats(l, 1), layer(residual2_, l, C), p[L_LN2W], p[L_LN2B], BT, C);
-            Backend::matmul_backward(dbuf_, g[L_FCW], g[L_FCB], dbuf4_, ln2(l), p[L_FCW], BT, C, 4 * C, zeroed);
+            Backend::matmul_backward(dbuf_, g[L_FCW], fc_dbias_done ? nullptr : g[L_FCB], dbuf4_, ln2(l), p[L_FCW], BT, C,
+                                     4 * C, zeroed);
             Backend::layernorm_backward(dresidual_, g[L_LN2W], g[L_LN2B], dbuf_, layer(residual2_, l, C), p[L_LN2W],
                                         ln2_stats(l, 0), ln2_stats(l, 1), BT, C);
             Backend::matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C,
@@ -293,6 +296,7 @@ struct TrainConfig {
     std::string quantize_grads = "none";    // int8: reductions at stages 1-3 as int8 blocks (zero/zero.h)
     int recompute = 1;
     int cuda_graph = 1;         // where it applies: one rank, -z 0, no offload (Run::graphs_apply)
+    std::string gemm_algos;     // a table of cuBLASLt algorithms by GEMM shape (kernels/gemm_choices.h); "": none
     int master_weights = 1;
     int tf32 = 1;
     int gelu_fusion = 0;
@@ -362,6 +366,7 @@ static const Flag kFlags[] = {
     {"", "--quantize-grads", 's', FIELD(quantize_grads), 0, 0, "none | int8: stages 1-3 reduce gradients as int8 blocks (an all-to-all), summed in fp32"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0, no offload)"},
+    {"", "--gemm-algos", 's', FIELD(gemm_algos), 0, 0, "cuda: cuBLASLt algorithm by GEMM shape, from a table scripts/bench_gemm --write timed here ('': the heuristic's first)"},
     {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
     {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
     {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (here: in bf16 always, where cuBLASLt offers it)"},
@@ -507,8 +512,9 @@ inline uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull)
 
 // Every rank must train the same model on the same data with the same flags; rank 0's hash of
 // all of it is compared everywhere, and a mismatch stops every rank with a message, not a hang.
+// read_files: the text of the files the flags name that each rank reads for itself (--gemm-algos).
 inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const GPT2Config& mc,
-                              const DataLoader& data, bool have_tokenizer) {
+                              const DataLoader& data, bool have_tokenizer, const std::string& read_files) {
     std::string s;
     for (const Flag& f : kFlags) {
         if (f.field == offsetof(TrainConfig, process_rank)) continue;  // differs by design
@@ -526,6 +532,7 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     s += std::to_string(mc.num_layers) + ' ' + std::to_string(mc.channels) + ' ' + std::to_string(mc.vocab_size) + ' ' + std::to_string(mc.max_seq_len);
     for (size_t n : data.sizes()) s += ' ' + std::to_string(n);
     s += have_tokenizer ? " tok" : " notok";
+    s += read_files;
     uint64_t mine = fnv1a(s), root = mine;
     comm.broadcast_host(&root, sizeof(root), 0);
     bool differs = root != mine;
@@ -728,6 +735,7 @@ struct Run {
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
     int shard_group = 1;  // ranks per shard group (the world without --shard-group)
+    size_t gemm_shapes_chosen = 0;  // GEMM shapes whose algorithm --gemm-algos names
     long total_batch = 0;
     std::unique_ptr<DataLoader> train_data, val_data;
     std::unique_ptr<HellaSwag> hellaswag;
@@ -789,9 +797,15 @@ struct Run {
         accum = (int)(total_batch / tokens_per_micro);
         max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data->total_tokens() / total_batch);
         open_tokenizer();
-        check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr);
+        const GemmChoices gemm_choices = cfg.gemm_algos.empty() ? GemmChoices{} : read_gemm_choices(cfg.gemm_algos);
+        check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr, cfg.gemm_algos.empty() ? "" : format_gemm_choices(gemm_choices));
         // the ranks agree on the flags: what they ask is said once, if it cannot be done
         if (!flags_error.empty()) usage_error_everywhere(comm, flags_error);
+        if (!cfg.gemm_algos.empty()) {  // before the first GEMM
+            const std::string differs = Backend::use_gemm_choices(gemm_choices);
+            if (!differs.empty()) fatal(2, "--gemm-algos %s: %s", cfg.gemm_algos.c_str(), differs.c_str());
+            gemm_shapes_chosen = gemm_choices.algorithm.size();
+        }
         const RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         Backend::reserve(GPT2<Backend>::op_shapes(mc, B, T));
         zero = make_zero<Backend>(shape, comm);
@@ -875,6 +889,9 @@ private:
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
             note_inapplicable_flags<Backend>(cfg);
+            if (!cfg.gemm_algos.empty())
+                printf("GEMM algorithms: %zu shape(s) as %s chose them, the others cuBLASLt's first\n", gemm_shapes_chosen,
+                       cfg.gemm_algos.c_str());
             if (cfg.quantize_weights != "none" && shard_group == 1)
                 printf("note: --quantize-weights: a shard group of one rank gathers nothing, so nothing is quantized\n");
             if (cfg.quantize_grads != "none" && world == 1)

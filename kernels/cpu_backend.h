@@ -18,6 +18,7 @@
 #include "cpu/residual.h"
 #include "../common/io.h"
 #include "backend_memory.h"
+#include "gemm_choices.h"
 #include "shard_table.h"
 
 struct CpuBackend {
@@ -102,12 +103,21 @@ struct CpuBackend {
         cpu::matmul_forward(pre_gelu, inp, w, bias, N, C, OC);
         cpu::gelu_forward(out_gelu, pre_gelu, (size_t)N * OC);
     }
-    // matmul_backward with inp = gelu(pre_gelu), dinp then the gradient of pre_gelu
-    static void matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
+    // --gemm-algos names cuBLASLt's algorithms: none here
+    static std::string use_gemm_choices(const GemmChoices&) {
+        return "a table of cuBLASLt's algorithms, for --device cuda; this run is on the CPU backend";
+    }
+    // matmul_backward with inp = gelu(pre_gelu), dinp then the gradient of pre_gelu.
+    // pre_gelu_dbias: the zeroed bias gradient of the layer that made pre_gelu, which a backend
+    // may write (dinp's column sums) where its GEMM makes them for free; returns whether it did
+    // (here never: the next matmul_backward sums them)
+    static bool matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
                                      const floatX* inp, const floatX* pre_gelu, const floatX* w, int N, int C,
-                                     int OC, bool dbias_zeroed) {
+                                     int OC, bool dbias_zeroed, floatX* pre_gelu_dbias) {
+        (void)pre_gelu_dbias;
         matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed);
         cpu::gelu_backward(dinp, pre_gelu, (size_t)N * C);
+        return false;
     }
     static size_t attention_saved_floats(int B, int T, int NH) {
         return cpu::attention_saved_floats(B, T, NH);

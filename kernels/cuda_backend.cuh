@@ -192,9 +192,13 @@ struct CudaBackend {
                                     const floatX* bias, int N, int C, int OC) {
         gpu::matmul_gelu_forward(out_gelu, pre_gelu, inp, w, bias, N, C, OC);
     }
-    static void matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
-                                     const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
-        gpu::matmul_gelu_backward(dinp, dw, dbias, dout, inp, pre_gelu, w, N, C, OC, dbias_zeroed);
+    // --gemm-algos: from now on each GEMM shape the table names runs the algorithm it names;
+    // returns "" or why it cannot (timed on another GPU, cuBLASLt or precision)
+    static std::string use_gemm_choices(const GemmChoices& t) { return gpu::use_gemm_choices(t); }
+    static bool matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
+                                     const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed,
+                                     floatX* pre_gelu_dbias) {
+        return gpu::matmul_gelu_backward(dinp, dw, dbias, dout, inp, pre_gelu, w, N, C, OC, dbias_zeroed, pre_gelu_dbias);
     }
     static size_t attention_saved_floats(int B, int T, int NH) { return gpu::attention_saved_floats(B, T, NH); }
     static void attention_forward(floatX* out, float* saved, const floatX* qkv, int B, int T, int C, int NH) {

@@ -1,65 +1,81 @@
 // The GEMMs of one training step, each timed with the algorithm the trainer uses (cuBLASLt's
 // first heuristic choice, the same for a shape at every layer and every run) beside every other
 // algorithm the heuristic offers for it: TFLOP/s, and the ms a step would save with the fastest.
-// It tells whether choosing algorithms by timing (which no longer gives the same bits on every
-// machine and run) would pay: its ratios, not its totals (each GEMM alone, on random operands). Shapes and epilogues as the model calls them: d12 B=64 and d48
-// B=16 at T=1024, one micro-batch a step (so BGRADB writes the bias gradients), bf16 build.
+// Its ratios count, not its totals (each GEMM alone, on random operands). --write FILE keeps the
+// fastest of each as a table for train_gpt --gemm-algos (kernels/gemm_choices.h): timing inside a
+// run could choose differently each run, a table chooses alike in every run that reads it.
+// Shapes and epilogues as the model calls them, this build's (bf16; KERNELS=candidate takes fc's
+// bias gradient from the DGELU GEMM): d12 B=64 and d48 B=16 at T=1024, or the -e/-b/-t given, one
+// micro-batch a step (BGRADB writes the bias gradients); --accumulate adds the GEMMs of the later
+// micro-steps of a step (-d: the bias gradients are added, not written).
 // Built by kernels/cuda.mk (scripts/bench_gemm), run by scripts/bench_gpu.sh.
-//   bench_gemm [candidates]   (default 16: algorithms asked of the heuristic per GEMM)
+//   bench_gemm [-e MODEL -b B [-t T]] [--accumulate] [--write FILE]
+//   (MODEL as train_gpt -e takes it; kGemmAlgorithmsAsked algorithms asked of the heuristic a GEMM)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "model/shape.h"
 #include "scripts/bench_cuda.cuh"
 
 namespace {
 
 struct Model {
-    const char* name;
-    int B, C, L;
+    std::string name;
+    int B, T, C, L, Vp;
 };
-constexpr int kT = 1024, kVp = 50304;
 
-// one GEMM of the step: gemm_lt's arguments, and how often a step calls it
+// one GEMM of the step: gemm_lt's arguments, and how often a micro-step calls it
 struct GemmCall {
     std::string name;
     gpu::GemmKey key;
     float beta;
     int calls;
+    bool later = false;  // a later micro-step's (--accumulate), not counted in the step's total
 };
 
 // the calls of matmul_forward / matmul_gelu_forward / matmul_backward(_gelu) for a linear layer
 // C -> OC over N rows (kernels/cuda/matmul.cuh), epilogues as the bf16 build chooses them
 void add_linear(std::vector<GemmCall>& out, const char* layer, int N, int C, int OC, bool bias, bool gelu_after,
-                bool gelu_before, int calls) {
+                bool gelu_before, int calls, bool accumulate) {
+#ifdef KERNELS_CANDIDATE
+    const bool candidate = true;
+#else
+    const bool candidate = false;
+#endif
     const cublasLtEpilogue_t fwd = gelu_after ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    const cublasLtEpilogue_t dinp = gelu_before ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
-    const cublasLtEpilogue_t dw = bias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
-    out.push_back({std::string(layer) + " forward", {OC, N, C, C, C, OC, true, false, fwd, 16}, 0.0f, calls});
-    out.push_back({std::string(layer) + " dinp", {C, N, OC, C, OC, C, false, false, dinp, 16}, 0.0f, calls});
-    out.push_back({std::string(layer) + " dweight", {C, OC, N, C, OC, C, false, true, dw, 16}, 1.0f, calls});
-}
-
-std::vector<GemmCall> step_gemms(const Model& m) {
-    const int N = m.B * kT, C = m.C;
-    std::vector<GemmCall> g;
-    add_linear(g, "qkv", N, C, 3 * C, true, false, false, m.L);
-    add_linear(g, "attention projection", N, C, C, true, false, false, m.L);
-    add_linear(g, "fc", N, C, 4 * C, true, true, false, m.L);
-    add_linear(g, "fc projection", N, 4 * C, C, true, false, true, m.L);
-    add_linear(g, "classifier", N, C, kVp, false, false, false, 1);
-    return g;
-}
-
-const char* epilogue_name(cublasLtEpilogue_t e) {
-    switch (e) {
-        case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
-        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
-        case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
-        case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
-        default: return "none";
+    // the candidate build's fc bias gradient comes from the fc projection's DGELU GEMM
+    const cublasLtEpilogue_t dinp = !gelu_before ? CUBLASLT_EPILOGUE_DEFAULT : candidate ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    const cublasLtEpilogue_t dw = bias && !(candidate && gelu_after) ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    const gpu::GemmKey fwd_key{OC, N, C, C, C, OC, true, false, fwd, 16}, dinp_key{C, N, OC, C, OC, C, false, false, dinp, 16},
+        dw_key{C, OC, N, C, OC, C, false, true, dw, 16};
+    out.push_back({std::string(layer) + " forward", fwd_key, 0.0f, calls});
+    out.push_back({std::string(layer) + " dinp", dinp_key, 0.0f, calls});
+    out.push_back({std::string(layer) + " dweight", dw_key, 1.0f, calls});
+    if (!accumulate) return;
+    // later micro-steps: the bias gradients hold sums already, so no epilogue writes one
+    if (dinp == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        gpu::GemmKey k = dinp_key;
+        k.epilogue = CUBLASLT_EPILOGUE_DGELU;
+        out.push_back({std::string(layer) + " dinp, later", k, 0.0f, calls, true});
     }
+    if (dw == CUBLASLT_EPILOGUE_BGRADB) {
+        gpu::GemmKey k = dw_key;
+        k.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        out.push_back({std::string(layer) + " dweight, later", k, 1.0f, calls, true});
+    }
+}
+
+std::vector<GemmCall> step_gemms(const Model& m, bool accumulate) {
+    const int N = m.B * m.T, C = m.C;
+    std::vector<GemmCall> g;
+    add_linear(g, "qkv", N, C, 3 * C, true, false, false, m.L, accumulate);
+    add_linear(g, "attention projection", N, C, C, true, false, false, m.L, accumulate);
+    add_linear(g, "fc", N, C, 4 * C, true, true, false, m.L, accumulate);
+    add_linear(g, "fc projection", N, 4 * C, C, true, false, true, m.L, accumulate);
+    add_linear(g, "classifier", N, C, m.Vp, false, false, false, 1, accumulate);
+    return g;
 }
 
 // ms of one call with each algorithm the heuristic offers (the first: the trainer's), or a
@@ -74,7 +90,8 @@ std::vector<float> time_algorithms(const GemmCall& call, int candidates) {
     gpu::floatX* b = random_device((size_t)k.k * k.n, 2);
     gpu::floatX* d = random_device((size_t)k.m * k.n, 3);
     gpu::floatX* bias = random_device((size_t)std::max(k.m, k.n), 4);
-    gpu::floatX* aux = k.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || k.epilogue == CUBLASLT_EPILOGUE_DGELU
+    gpu::floatX* aux = k.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || k.epilogue == CUBLASLT_EPILOGUE_DGELU ||
+                               k.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD
                            ? random_device((size_t)k.m * k.n, 5) : nullptr;
     if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT && k.epilogue != CUBLASLT_EPILOGUE_DGELU)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
@@ -96,45 +113,106 @@ std::vector<float> time_algorithms(const GemmCall& call, int candidates) {
     }
     for (void* p : {(void*)a, (void*)b, (void*)d, (void*)bias, (void*)aux})
         if (p != nullptr) CudaBackend::release(p);
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(plan.desc));
-    for (cublasLtMatrixLayout_t l : {plan.la, plan.lb, plan.ld}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
+    gpu::destroy_gemm_descriptors(plan);
     return ms;
 }
 
-void bench_model(const Model& m, int candidates) {
+// The candidate build's fc bias gradient (kernels/cuda/matmul.cuh): from the fc projection's DGELU
+// GEMM (DGELU_BGRAD), so that fc's dweight GEMM runs without BGRADB; against the default build's
+// DGELU, then BGRADB in the dweight GEMM. Each with the heuristic's first algorithm, as the trainer.
+void compare_fc_bias_gradient(const Model& m) {
+    const int N = m.B * m.T, C = m.C, H = 4 * m.C;
+    auto first_ms = [](const GemmCall& call) {
+        const std::vector<float> ms = time_algorithms(call, 1);
+        return ms.empty() ? -1.0f : ms[0];
+    };
+    const float dgelu = first_ms({"", {H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU, 16}, 0.0f, 1});
+    const float dgelu_bgrad = first_ms({"", {H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, 16}, 0.0f, 1});
+    const float dweight_bgradb = first_ms({"", {C, H, N, C, H, C, false, true, CUBLASLT_EPILOGUE_BGRADB, 16}, 1.0f, 1});
+    const float dweight_plain = first_ms({"", {C, H, N, C, H, C, false, true, CUBLASLT_EPILOGUE_DEFAULT, 16}, 1.0f, 1});
+    if (dgelu_bgrad < 0 || dgelu < 0 || dweight_bgradb < 0 || dweight_plain < 0) {
+        printf("gemm %s fc bias gradient: cuBLASLt has no algorithm for one of DGELU_BGRAD, DGELU, BGRADB, plain\n", m.name.c_str());
+        return;
+    }
+    printf("gemm %s fc bias gradient, a step: DGELU_BGRAD %.3f + plain dweight %.3f = %.2f ms (candidate build); DGELU %.3f + "
+           "BGRADB dweight %.3f = %.2f ms (default)\n", m.name.c_str(), dgelu_bgrad, dweight_plain,
+           (dgelu_bgrad + dweight_plain) * m.L, dgelu, dweight_bgradb, (dgelu + dweight_bgradb) * m.L);
+}
+
+// Times each GEMM of m's step; the fastest algorithm of each goes into *table.
+void bench_model(const Model& m, bool accumulate, GemmChoices* table) {
     double used_step = 0.0, fastest_step = 0.0, flop_step = 0.0;
-    for (const GemmCall& call : step_gemms(m)) {
-        const std::vector<float> ms = time_algorithms(call, candidates);
+    for (const GemmCall& call : step_gemms(m, accumulate)) {
+        const char* name = m.name.c_str();
+        const std::vector<float> ms = time_algorithms(call, kGemmAlgorithmsAsked);
         if (ms.empty() || ms[0] < 0) {
-            printf("gemm %s %s: no algorithm\n", m.name, call.name.c_str());
+            printf("gemm %s %s: no algorithm\n", name, call.name.c_str());
             continue;
         }
         int best = 0;
         for (int i = 1; i < (int)ms.size(); i++)
             if (ms[i] >= 0 && ms[i] < ms[best]) best = i;
+        table->algorithm[gpu::gemm_shape_text(call.key)] = best;
         const gpu::GemmKey& k = call.key;
         const double flop = 2.0 * k.m * k.n * k.k;
         printf("gemm %s %-28s m=%5d n=%5d k=%5d %-13s x%-2d  trainer's %.3f ms (%3.0f TFLOP/s)  fastest of %2zu: #%d %.3f ms (%3.0f)\n",
-               m.name, call.name.c_str(), k.m, k.n, k.k, epilogue_name(k.epilogue), call.calls, ms[0], tflops(flop, ms[0]),
+               name, call.name.c_str(), k.m, k.n, k.k, gpu::gemm_epilogue_name(k.epilogue), call.calls, ms[0], tflops(flop, ms[0]),
                ms.size(), best, ms[best], tflops(flop, ms[best]));
+        if (call.later) continue;
         used_step += ms[0] * call.calls;
         fastest_step += ms[best] * call.calls;
         flop_step += flop * call.calls;
     }
     printf("gemm %s B=%d T=%d: the step's GEMMs take %.2f ms (%.0f TFLOP/s) with the trainer's algorithms, %.2f ms with the "
-           "fastest of each\n", m.name, m.B, kT, used_step, tflops(flop_step, (float)used_step), fastest_step);
+           "fastest of each\n", m.name.c_str(), m.B, m.T, used_step, tflops(flop_step, (float)used_step), fastest_step);
+    compare_fc_bias_gradient(m);
+}
+
+[[noreturn]] void usage(const std::string& why) {
+    fatal(2, "bench_gemm: %s; usage: bench_gemm [-e MODEL -b B [-t T]] [--accumulate] [--write FILE]", why.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    int B = 0, T = 1024;
+    std::string desc, write;
+    bool accumulate = false;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--accumulate") {
+            accumulate = true;
+            continue;
+        }
+        if (i + 1 >= argc) usage(a + " without a value");
+        const std::string v = argv[++i];
+        if (a == "-e") desc = v;
+        else if (a == "-b") B = atoi(v.c_str());
+        else if (a == "-t") T = atoi(v.c_str());
+        else if (a == "--write") write = v;
+        else usage("unknown flag " + a);
+    }
+    std::vector<Model> models = {{"d12", 64, 1024, 768, 12, 50304}, {"d48", 16, 1024, 1600, 48, 50304}};
+    if (!desc.empty() || B != 0) {
+        GPT2Config mc;
+        if (desc.empty() || !config_from_descriptor(desc, &mc)) usage("-e: expected a model descriptor as train_gpt -e takes (dX, gpt3:cX, L=,NH=,C=), not '" + desc + "'");
+        if (B < 1 || T < 1 || T > mc.max_seq_len) usage("-b and -t: expected B >= 1 and T from 1 to " + std::to_string(mc.max_seq_len));
+        models = {{desc, B, T, mc.channels, mc.num_layers, mc.padded_vocab_size}};
+    }
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("skipped: no GPU\n");
         return 0;
     }
-    const int candidates = argc > 1 ? atoi(argv[1]) : 16;
-    if (candidates < 1 || candidates > 64) fatal(2, "bench_gemm: candidates must be 1 to 64, not %s", argv[1]);
-    for (const Model& m : {Model{"d12", 64, 768, 12}, Model{"d48", 16, 1600, 48}}) bench_model(m, candidates);
+    GemmChoices table{CudaBackend::device_name(), (long)cublasLtGetVersion(), gpu::gemm_precision(), {}};
+    for (const Model& m : models) bench_model(m, accumulate, &table);
+    if (!write.empty()) {
+        AtomicFile f(write);
+        const std::string text = format_gemm_choices(table);
+        f.write(text.data(), text.size());
+        f.commit();
+        printf("gemm table: %zu shapes, the fastest algorithm of each, written to %s (train_gpt --gemm-algos %s)\n",
+               table.algorithm.size(), write.c_str(), write.c_str());
+    }
     return 0;
 }

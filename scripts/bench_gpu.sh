@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # GPU benchmark: attention alone beside PyTorch's; each kernel outside attention and the GEMMs;
 # the step's GEMMs with each algorithm cuBLASLt offers; tok/s and MFU of d12 (B=64, T=1024) with
-# its losses and, kernel by kernel, where its step goes (Nsight Compute); d48 (with and without recomputation, and with --offload cpu: the optimizer on
-# the host) and d24 on one GPU, with peak device memory; the ZeRO stages. MFU is the trainer's own
+# its losses and, kernel by kernel, where its step goes (Nsight Compute); d48 (with and without
+# recomputation, and with --offload cpu: the optimizer on the host) and d24 on one GPU, with peak
+# device memory; d12 and d48 again with the fastest GEMM algorithms (--gemm-algos), and d48's
+# kernel table; the ZeRO stages. MFU is the trainer's own
 # (its step lines: 6N + 6LCT FLOPs per token, N with the padded vocabulary, as llm.c counts,
 # against the GPU's dense peak in train/progress.h), averaged here.
 set -u
@@ -61,22 +63,33 @@ fi
 # encoder backward also on Tiny Shakespeare's tokens when make data has written them
 SHAKESPEARE=data/tinyshakespeare/tiny_shakespeare_train.bin
 if [ -x "$BUILD/test/bench_kernels_cuda" ]; then timed "$BUILD/test/bench_kernels_cuda" $([ -f "$SHAKESPEARE" ] && echo "$SHAKESPEARE"); fi
-# the step's GEMMs: the algorithm in use against the others cuBLASLt offers for each
-if [ "$BUILD" = . ] && [ -x scripts/bench_gemm ]; then timed scripts/bench_gemm; fi
-d12=$(bench d12 64 50 1)
-echo "$d12"
-# where a d12 step's time goes, kernel by kernel (Nsight Compute on the last of 3 steps, caches
-# as the run leaves them), and the step's time above less its kernels' (scripts/kernel_table.py)
-if command -v ncu >/dev/null; then
+# the step's GEMMs: the algorithm in use against the others cuBLASLt offers for each; the fastest
+# of each kept as a --gemm-algos table for the runs below
+GEMM_TABLE=/tmp/bench_gemm_algos.txt
+rm -f "$GEMM_TABLE"
+if [ "$BUILD" = . ] && [ -x scripts/bench_gemm ]; then timed scripts/bench_gemm --write "$GEMM_TABLE"; fi
+# where a step's time goes, kernel by kernel (Nsight Compute on the last of 3 steps, caches as
+# the run leaves them), and the step's time (its bench line) less its kernels' (scripts/kernel_table.py)
+kernel_table() {  # BENCH_LINE DESC B RECOMPUTE
+    if ! command -v ncu >/dev/null; then echo "kernel table: skipped (no ncu)"; return; fi
+    echo "kernel table of $2 B=$3 -r $4:"
     timed ncu --profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum \
         --print-kernel-base function --csv --page raw \
-        "$TRAIN_GPT" --device cuda -e d12 -b 64 -t 1024 -x 3 -r 1 -v 0 -s 0 -o "" -i "$DATA" >/tmp/bench_ncu.csv &&
-        python3 scripts/kernel_table.py /tmp/bench_ncu.csv 1 $(echo "$d12" | sed -n 's/^bench d12 .*: \([0-9.]*\) ms\/step.*/\1/p') ||
+        "$TRAIN_GPT" --device cuda -e "$2" -b "$3" -t 1024 -x 3 -r "$4" -v 0 -s 0 -o "" -i "$DATA" >/tmp/bench_ncu.csv &&
+        python3 scripts/kernel_table.py /tmp/bench_ncu.csv 1 $(echo "$1" | sed -n 's/^bench [^:]*: \([0-9.]*\) ms\/step.*/\1/p') ||
         echo "kernel table: FAILED ($(tail -1 /tmp/bench_ncu.csv))"
-else
-    echo "kernel table: skipped (no ncu)"
+}
+d12=$(bench d12 64 50 1)
+echo "$d12"
+kernel_table "$d12" d12 64 1
+d48=$(bench d48 16 10 0)
+echo "$d48"
+# the same runs with the table's algorithms
+if [ -f "$GEMM_TABLE" ]; then
+    bench d12 64 50 1 --gemm-algos "$GEMM_TABLE"
+    bench d48 16 10 0 --gemm-algos "$GEMM_TABLE"
 fi
-bench d48 16 10 0
+[ "$BUILD" = . ] && kernel_table "$d48" d48 16 0
 bench d48 16 10 2
 # GPT-2 1.5B on one GPU with the optimizer state (12 bytes per parameter, 18.7 GB) on the host
 bench d48 16 10 2 --offload cpu

@@ -51,8 +51,9 @@
 #   train      60 s  the trainer's own checks on the GPU (default build): test/test_memory_plan_gpu.sh
 #                    (the plan against what the runs take) and test/test_divergence.sh (a NaN model
 #                    refused, a diverging run stopped with exit 3, its checkpoint kept) (36 s, 10 s)
-#   bench     220 s  bench_gpu.sh per build, --timeout a run (attention, kernels, d12 and its
-#                    kernel table, d48, offload, d24, ZeRO 0-3: the most wanted first)
+#   bench     220 s  bench_gpu.sh per build, --timeout a run (attention, kernels, GEMMs, d12 and
+#                    its kernel table, d48, both with --gemm-algos, d48's kernel table, offload,
+#                    d24, ZeRO 0-3: the most wanted first)
 #   memcheck  150 s  only with --memcheck; memcheck slows kernels tens of times
 # One build fits a 600 s call; two builds (a candidate kernel in the tree) do not: each phase is
 # halved between them and the fp32 tests, the bf16 ZeRO tests and the later benchmarks run out of

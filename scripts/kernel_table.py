@@ -9,7 +9,7 @@ train_gpt has the profiler measure its last step alone (STEPS 1). Given STEP_MS,
 in a run without the profiler, it also gives that time less its kernels' times as the profiler measures
 them, one at a time: launches and host work between kernels are part of it, but on the H200 not most of
 it (docs/gpu_runs.md: a CUDA graph removed 301 of 304 launches and under 0.5% of a 7.5% difference).
-scripts/bench_gpu.sh runs it on a d12 run. Reads the CSV that ncu writes (a header row, a row of
+scripts/bench_gpu.sh runs it on a d12 and a d48 run. Reads the CSV that ncu writes (a header row, a row of
 units, then one row per kernel launch; any lines ncu prints before the header are skipped)."""
 import csv
 import sys

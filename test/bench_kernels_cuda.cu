@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
         const float fused_fwd = median_ms(1, [&](int) { G::matmul_gelu_forward(act, pre, inp, wfc, bfc, kBT, kC, 4 * kC); });
         const float plain_bwd = median_ms(1, [&](int) { G::matmul_backward(dinp, dw, nullptr, dout, act, wfc, kBT, 4 * kC, kC, false); });
         const float fused_bwd = median_ms(1, [&](int) {
-            G::matmul_gelu_backward(dinp, dw, db, dout, act, pre, wfc, kBT, 4 * kC, kC, true);
+            G::matmul_gelu_backward(dinp, dw, db, dout, act, pre, wfc, kBT, 4 * kC, kC, true, nullptr);
         });
         printf("fc GEMM forward %.3f ms, with GELU (matmul_gelu_forward) %.3f ms; fc projection backward GEMMs %.3f ms, "
                "with GELU' and its bias gradient (matmul_gelu_backward) %.3f ms\n",

@@ -57,6 +57,20 @@ grep -q "^backend cpu, 2 rank(s), ZeRO stage 3 in 2 groups of 1 rank(s), one rep
     grep -q "^error: --quantize-grads int8: stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3$" "$out" ||
     fail "--quantize-grads at stage 0: exit 2, one line"
 
+# --gemm-algos (a table of cuBLASLt algorithms): a missing file, and any table on the CPU backend,
+# one line and exit 2; its contents, not only its path, are in what the ranks must agree on
+./train_gpt "${tiny[@]}" --device cpu -x 1 --gemm-algos "$dir/none.txt" >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --gemm-algos $dir/none.txt: cannot open: No such file or directory (scripts/bench_gemm --write makes one)$" "$out" ||
+    fail "--gemm-algos with a missing file: exit 2, one line"
+mkdir -p "$dir/r0" "$dir/r1"
+for r in 0 1; do printf 'gpu NVIDIA H200\ncublaslt 130100\nprecision bf16\ngemm 8 8 8 8 8 8 1 0 BIAS 16 %d\n' "$r" >"$dir/r$r/t.txt"; done
+./train_gpt "${tiny[@]}" --device cpu -x 1 --gemm-algos "$dir/r0/t.txt" >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
+    grep -q "^error: --gemm-algos $dir/r0/t.txt: a table of cuBLASLt's algorithms, for --device cuda; this run is on the CPU backend$" "$out" ||
+    fail "--gemm-algos on the CPU backend: exit 2, one line"
+OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe bash -c "cd $dir/r\$OMPI_COMM_WORLD_RANK && $PWD/train_gpt -e L=2,NH=2,C=32 -b 2 -t 32 -x 1 -v 0 -s 0 -o '' --device cpu -i $PWD/data/tinyshakespeare/tiny_shakespeare_train.bin --gemm-algos t.txt" >"$out" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "^error: rank 1: flags, model or data differ from rank 0's" "$out" ||
+    fail "--gemm-algos tables that differ between ranks at one path: exit $rc, expected the ranks' disagreement"
+
 ./train_gpt --help >"$out" 2>&1 || fail "--help exited $?"
 grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
 ./train_gpt -b 0 >"$out" 2>&1; [ $? -eq 2 ] || fail "-b 0 did not exit 2"

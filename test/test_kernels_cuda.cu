@@ -345,6 +345,42 @@ TEST_F(Cuda, Matmul) {
     check_matmul(67, 41, 27, true);      // rows of odd length: cuBLASLt told 2-byte alignment
 }
 
+// --gemm-algos: a table naming another of the heuristic's algorithms for a shape makes that
+// shape's plan take it (the plan's algorithm is the heuristic's n-th), and the matmul still
+// matches the CPU; a table timed on another GPU is refused, saying what differs. The test ends
+// with an empty table, so the other tests run on the heuristic's first choices.
+TEST_F(Cuda, GemmAlgorithmTable) {
+    const int N = 1000, C = 136, OC = 328;  // a shape no other test plans
+    std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 140), w = random_vec((size_t)OC * C, -0.2f, 0.2f, 141);
+    std::vector<float> bias = random_vec(OC, -0.5f, 0.5f, 142);
+    Dev<X> d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_out((size_t)N * OC);
+    const gpu::GemmKey key{OC, N, C, C, C, OC, true, false, CUBLASLT_EPILOGUE_BIAS, 16};  // matmul_forward's
+    gpu::GemmPlan probe;
+    std::vector<cublasLtMatmulHeuristicResult_t> heur(kGemmAlgorithmsAsked);  // as a table's shape is planned
+    const int offered = gpu::make_gemm_descriptors(key, probe, (int)heur.size(), heur.data());
+    gpu::destroy_gemm_descriptors(probe);
+    ASSERT_GE(offered, 1);
+    const int place = offered - 1;  // the heuristic's last offer: another algorithm wherever it has two
+    GemmChoices t{G::device_name(), (long)cublasLtGetVersion(), gpu::gemm_precision(), {{gpu::gemm_shape_text(key), place}}};
+    ASSERT_EQ(G::use_gemm_choices(t), "");
+    G::matmul_forward(d_out.p, d_inp.p, d_w.p, d_bias.p, N, C, OC);
+    ASSERT_EQ(gpu::gemm_plans().plans.count(key), 1u) << "matmul_forward planned another key than the test names";
+    EXPECT_EQ(memcmp(&gpu::gemm_plans().plans.at(key).algo, &heur[place].algo, sizeof(cublasLtMatmulAlgo_t)), 0)
+        << "the plan did not take algorithm " << place << " of " << offered;
+    std::vector<float> want((size_t)N * OC);
+    CpuBackend::matmul_forward(want.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    expect_close(down(d_out), want, kReduce, "matmul_forward with the table's algorithm vs CPU");
+
+    GemmChoices elsewhere = t;
+    elsewhere.gpu = "another GPU";
+    const std::string differs = G::use_gemm_choices(elsewhere);
+    EXPECT_NE(differs.find("timed on another GPU with cuBLASLt"), std::string::npos) << differs;
+    EXPECT_NE(differs.find("; this run has " + G::device_name()), std::string::npos) << differs;
+    t.algorithm.clear();
+    ASSERT_EQ(G::use_gemm_choices(t), "");
+    EXPECT_TRUE(gpu::gemm_plans().plans.empty()) << "the plans made by the old table were kept";
+}
+
 // Training shapes, each checked on sampled rows and columns against double-precision dot
 // products on the host (a full CPU reference would take minutes): out and dinp on 48 rows,
 // dweight on 48 of its rows, dbias in full. dweight and dbias start from zero.
@@ -402,7 +438,9 @@ TEST_F(Cuda, MatmulTrainingShapes) {
 // GELU in the matmuls (cuBLASLt's epilogues in the bf16 build) against the separate
 // kernels they replace: matmul_gelu_forward against matmul_forward then gelu_forward, and
 // matmul_gelu_backward against matmul_backward then gelu_backward, dbias written over zeros and
-// added to; and both against the CPU.
+// added to; and both against the CPU. Where it says it wrote the pre-GELU layer's bias gradient
+// (the candidate build's DGELU_BGRAD), that against the column sums of the CPU's dinp; where it
+// says it did not, the buffer untouched.
 void check_matmul_gelu(int N, int C, int OC) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC);
     std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 130), w = random_vec((size_t)OC * C, -0.2f, 0.2f, 131);
@@ -431,7 +469,10 @@ void check_matmul_gelu(int N, int C, int OC) {
         std::vector<float> dw = random_vec((size_t)C * OC, -1, 1, 135);
         std::vector<float> db = zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136);
         Dev<X> f_dinp((size_t)N * OC), f_dw = up(dw), f_db = up(db), s_dinp((size_t)N * OC), s_dw = up(dw), s_db = up(db);
-        G::matmul_gelu_backward(f_dinp.p, f_dw.p, f_db.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed);
+        Dev<X> f_pre_db = up(std::vector<float>(OC, 0.0f));
+        const bool pre_db_written = G::matmul_gelu_backward(f_dinp.p, f_dw.p, f_db.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N,
+                                                            OC, C, zeroed, zeroed ? f_pre_db.p : nullptr);
+        EXPECT_TRUE(zeroed || !pre_db_written) << "a pre-GELU bias gradient written where none was offered";
         G::matmul_backward(s_dinp.p, s_dw.p, s_db.p, d_dout.p, d_gelu.p, d_w2.p, N, OC, C, false);
         G::gelu_backward(s_dinp.p, d_pre.p, (size_t)N * OC);
         expect_close(down(f_dinp), down(s_dinp), kReduce, "matmul_gelu_backward dinp vs separate kernels");
@@ -439,14 +480,22 @@ void check_matmul_gelu(int N, int C, int OC) {
         expect_close(down(f_db), down(s_db), kReduce, "matmul_gelu_backward dbias vs separate kernels");
         std::vector<float> dinp((size_t)N * OC);
         CpuBackend::matmul_gelu_backward(dinp.data(), dw.data(), db.data(), dout.data(), act.data(), pre_act.data(),
-                                         w2.data(), N, OC, C, zeroed);
+                                         w2.data(), N, OC, C, zeroed, nullptr);
         expect_close(down(f_dinp), dinp, kReduce, "matmul_gelu_backward dinp vs CPU");
         expect_close(down(f_dw), dw, kReduce, "matmul_gelu_backward dweight vs CPU");
         expect_close(down(f_db), db, kReduce, "matmul_gelu_backward dbias vs CPU");
+        std::vector<float> pre_db(OC, 0.0f);
+        if (pre_db_written)
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < OC; j++) pre_db[j] += dinp[(size_t)i * OC + j];
+        expect_close(down(f_pre_db), pre_db, kReduce,
+                     pre_db_written ? "pre-GELU bias gradient vs CPU column sums" : "pre-GELU bias gradient left alone");
         Dev<X> f_dinp2((size_t)N * OC), f_dw2 = up(random_vec((size_t)C * OC, -1, 1, 135));
-        Dev<X> f_db2 = up(zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136));
-        G::matmul_gelu_backward(f_dinp2.p, f_dw2.p, f_db2.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed);
-        EXPECT_TRUE(bytes(f_dinp2) == bytes(f_dinp) && bytes(f_dw2) == bytes(f_dw) && bytes(f_db2) == bytes(f_db))
+        Dev<X> f_db2 = up(zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136)), f_pre_db2 = up(std::vector<float>(OC, 0.0f));
+        G::matmul_gelu_backward(f_dinp2.p, f_dw2.p, f_db2.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed,
+                                zeroed ? f_pre_db2.p : nullptr);
+        EXPECT_TRUE(bytes(f_dinp2) == bytes(f_dinp) && bytes(f_dw2) == bytes(f_dw) && bytes(f_db2) == bytes(f_db) &&
+                    bytes(f_pre_db2) == bytes(f_pre_db))
             << "matmul_gelu_backward is not deterministic";
     }
 }

@@ -8,12 +8,17 @@
 // DGELU backward: dinp times GELU' of the pre-GELU input), and takes dbias from BGRADB inside the
 // dweight GEMM where dbias still holds zeros; wherever cuBLASLt has no algorithm for an epilogue
 // (or a pointer is not 16-byte aligned) the separate kernels run instead, as in the fp32 build.
+// The candidate build (KERNELS=candidate) also takes the bias gradient of the layer below the GELU
+// from the DGELU GEMM (DGELU_BGRAD: the column sums of the dinp it makes), so that layer's dweight
+// GEMM needs no BGRADB, which cuBLASLt runs as a second pass over dout.
 // Compute is fp32 in both builds; the fp32 build gets no TF32, so it matches the CPU closely.
 #pragma once
 #include <initializer_list>
 #include <map>
 #include <tuple>
+#include <vector>
 
+#include "../gemm_choices.h"
 #include "column_sum.cuh"
 #include "common.cuh"
 #include "gelu.cuh"
@@ -53,15 +58,45 @@ struct GemmPlan {
 
 // What the GEMM does after the product: DEFAULT nothing; BIAS adds bias per row of D;
 // GELU_AUX_BIAS writes aux = D + bias and D = gelu(aux); DGELU multiplies D by gelu'(aux);
-// BGRADB writes bias = the sums of op(B) over k (the column sums of dout in dweight's GEMM).
+// DGELU_BGRAD does so and writes bias = the sums of D's rows (over n); BGRADB writes bias = the
+// sums of op(B) over k (the column sums of dout in dweight's GEMM).
 struct GemmEpilogue {
     cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
     const void* aux = nullptr;  // m x n like D, leading dimension m
 };
 
-// The plan's descriptors, and the first `want` algorithms cuBLASLt's heuristic offers for it (at
-// most 1 for the model; scripts/bench_gemm times more), best first; returns how many it had.
+// an epilogue as kernels/gemm_choices.h's table spells it
+inline const char* gemm_epilogue_name(cublasLtEpilogue_t e) {
+    switch (e) {
+        case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+        case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+        case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+        default: return "none";
+    }
+}
+inline std::string gemm_shape_text(const GemmKey& k) {
+    return ::gemm_shape_text(k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.trans_a, k.trans_b, gemm_epilogue_name(k.epilogue), (int)k.align);
+}
+inline std::string gemm_precision() { return sizeof(floatX) == 2 ? "bf16" : "fp32"; }
+
+// Every matmul's plan, made at its shape's first call and kept for the process's life, like the
+// cuBLASLt handle they belong to; and the --gemm-algos table they are made by (empty: each shape
+// takes the heuristic's first algorithm).
+struct GemmPlans {
+    std::map<GemmKey, GemmPlan> plans;
+    std::map<std::string, int> table;  // gemm_shape_text -> place in the heuristic's list
+};
+inline GemmPlans& gemm_plans() {
+    static GemmPlans p;
+    return p;
+}
+
+// The plan's descriptors, and the first `want` algorithms cuBLASLt's heuristic offers for it (1,
+// or kGemmAlgorithmsAsked for a shape a --gemm-algos table names, as scripts/bench_gemm asks),
+// best first; returns how many it had.
 inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cublasLtMatmulHeuristicResult_t* heur) {
     Context& c = ctx();
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -70,7 +105,8 @@ inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cubl
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
     if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue, sizeof(key.epilogue)));
-    if (key.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || key.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+    if (key.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || key.epilogue == CUBLASLT_EPILOGUE_DGELU ||
+        key.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
         const int64_t aux_ld = key.m;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
@@ -93,25 +129,53 @@ inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cubl
     return found;
 }
 
+inline void destroy_gemm_descriptors(GemmPlan& g) {
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(g.desc));
+    for (cublasLtMatrixLayout_t l : {g.la, g.lb, g.ld}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
+}
+
 inline GemmPlan make_gemm_plan(const GemmKey& key) {
     GemmPlan g;
-    cublasLtMatmulHeuristicResult_t heur;
-    const int found = make_gemm_descriptors(key, g, 1, &heur);
+    const auto chosen = gemm_plans().table.find(gemm_shape_text(key));
+    const int place = chosen == gemm_plans().table.end() ? 0 : chosen->second;
+    // without a table the heuristic's first, as ever; with one, asked as bench_gemm asked
+    std::vector<cublasLtMatmulHeuristicResult_t> heur(chosen == gemm_plans().table.end() ? 1 : kGemmAlgorithmsAsked);
+    const int found = make_gemm_descriptors(key, g, (int)heur.size(), heur.data());
     const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_BIAS;
     if (found == 0 && !optional)
         fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d", key.m, key.n, key.k,
               (int)key.trans_a, (int)key.trans_b, (int)key.epilogue);
+    if (found > 0 && found <= place)
+        fatal(2, "--gemm-algos: GEMM %s: the table names algorithm %d, cuBLASLt's heuristic offers %d here", gemm_shape_text(key).c_str(),
+              place, found);
     g.found = found > 0;
-    if (g.found) g.algo = heur.algo;
+    if (g.found) g.algo = heur[place].algo;
     return g;
+}
+
+// From now on, each GEMM shape that `t` names runs the algorithm it names (plans made before are
+// dropped). Returns "" or, where `t` was timed elsewhere, what differs: its places in the
+// heuristic's list mean other algorithms on another GPU or cuBLASLt, or in another precision.
+inline std::string use_gemm_choices(const GemmChoices& t) {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx().device));
+    const long version = (long)cublasLtGetVersion();
+    if (t.gpu != prop.name || t.cublaslt_version != version || t.precision != gemm_precision())
+        return "timed on " + t.gpu + " with cuBLASLt " + std::to_string(t.cublaslt_version) + " for " + t.precision +
+               "; this run has " + prop.name + ", cuBLASLt " + std::to_string(version) + ", " + gemm_precision() +
+               " (scripts/bench_gemm --write makes a table here)";
+    GemmPlans& p = gemm_plans();
+    for (auto& [key, g] : p.plans) destroy_gemm_descriptors(g);
+    p.plans.clear();
+    p.table = t.algorithm;
+    return "";
 }
 
 // column-major D (m, n) = alpha op(A) op(B) + beta D, then the epilogue. Returns false, having
 // queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT and BIAS.
 inline bool gemm_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
                     int lda, int ldb, int ldd, float beta, const GemmEpilogue& epilogue = {}) {
-    // kept for the process's life, like the cuBLASLt handle they belong to
-    static std::map<GemmKey, GemmPlan> plans;
+    std::map<GemmKey, GemmPlan>& plans = gemm_plans().plans;
     const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue.kind, gemm_alignment(lda, ldb, ldd, {a, b, d})};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_gemm_plan(key)).first;
@@ -171,13 +235,22 @@ inline void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX
 // dinp (N, C) = dout @ W (overwritten), times gelu'(pre_gelu) when pre_gelu is given (inp was
 // gelu(pre_gelu): dinp is then the gradient of pre_gelu); dweight (OC, C) += dout^T @ inp;
 // dbias += column sums of dout. dbias_zeroed: dbias holds zeros, so a sum written over it
-// (cuBLASLt's BGRADB) is the same as one added to it.
-inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                                 const floatX* w, const floatX* pre_gelu, int N, int C, int OC, bool dbias_zeroed) {
-    if (N == 0) return;
-    bool fused_gelu = false, fused_bias = false;
+// (cuBLASLt's BGRADB) is the same as one added to it. pre_gelu_dbias: null, or the bias gradient
+// of the layer that made pre_gelu, holding zeros; the candidate build writes dinp's column sums
+// there when its DGELU GEMM can. Returns whether it did (else the caller's next backward sums them).
+inline bool matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                 const floatX* w, const floatX* pre_gelu, floatX* pre_gelu_dbias, int N, int C, int OC,
+                                 bool dbias_zeroed) {
+    if (N == 0) return false;
+    bool fused_gelu = false, fused_bias = false, fused_pre_gelu_bias = false;
 #ifndef ENABLE_FP32
-    if (pre_gelu != nullptr && aligned16(pre_gelu) && gemm_alignment(C, OC, C, {w, dout, dinp}) == 16)
+    const bool gelu_epilogue = pre_gelu != nullptr && aligned16(pre_gelu) && gemm_alignment(C, OC, C, {w, dout, dinp}) == 16;
+#ifdef KERNELS_CANDIDATE
+    if (gelu_epilogue && pre_gelu_dbias != nullptr && aligned16(pre_gelu_dbias))
+        fused_gelu = fused_pre_gelu_bias = gemm_lt(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
+                                                   GemmEpilogue{CUBLASLT_EPILOGUE_DGELU_BGRAD, pre_gelu_dbias, pre_gelu});
+#endif
+    if (gelu_epilogue && !fused_gelu)
         fused_gelu = gemm_lt(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f,
                              GemmEpilogue{CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu});
     if (dbias != nullptr && dbias_zeroed && aligned16(dbias) && gemm_alignment(C, OC, C, {inp, dout, dweight}) == 16)
@@ -189,10 +262,12 @@ inline void matmul_backward_impl(floatX* dinp, floatX* dweight, floatX* dbias, c
         gemm_lt(dinp, w, dout, C, N, OC, false, false, C, OC, C, 0.0f);
         if (pre_gelu != nullptr) gelu_backward(dinp, pre_gelu, (size_t)N * C);
     }
-    if (fused_bias) return;
-    // dW^T (C, OC) = (inp stored (C, N)) @ (dout stored (OC, N))^T
-    gemm_lt(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f);
-    if (dbias != nullptr) column_sums_add(dbias, dout, N, OC);
+    if (!fused_bias) {
+        // dW^T (C, OC) = (inp stored (C, N)) @ (dout stored (OC, N))^T
+        gemm_lt(dweight, inp, dout, C, OC, N, false, true, C, OC, C, 1.0f);
+        if (dbias != nullptr) column_sums_add(dbias, dout, N, OC);
+    }
+    return fused_pre_gelu_bias;
 }
 
 // the scratch matmul_backward asks for at most: the bias gradient's column sums (none where
@@ -201,14 +276,15 @@ inline size_t matmul_backward_scratch_bytes(int N, int OC) { return column_sums_
 
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                             const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
-    matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, nullptr, N, C, OC, dbias_zeroed);
+    matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, nullptr, nullptr, N, C, OC, dbias_zeroed);
 }
 
 // the backward of out = gelu(pre_gelu) @ W^T + bias, with inp = gelu(pre_gelu): dinp is the
-// gradient of pre_gelu
-inline void matmul_gelu_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                                 const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
-    matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, pre_gelu, N, C, OC, dbias_zeroed);
+// gradient of pre_gelu; pre_gelu_dbias and the result as matmul_backward_impl's
+inline bool matmul_gelu_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                 const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed,
+                                 floatX* pre_gelu_dbias) {
+    return matmul_backward_impl(dinp, dweight, dbias, dout, inp, w, pre_gelu, pre_gelu_dbias, N, C, OC, dbias_zeroed);
 }
 
 }  // namespace gpu

@@ -1,0 +1,143 @@
+// Which of cuBLASLt's algorithms each GEMM shape runs, where not the heuristic's first: the table
+// that scripts/bench_gemm --write makes by timing every algorithm the heuristic offers on one GPU,
+// and train_gpt --gemm-algos reads. An algorithm is named by its place in the heuristic's list,
+// which one cuBLASLt version gives alike on one kind of GPU, so the table names both and is refused
+// elsewhere. Choosing by timing inside a run could choose differently from run to run; a table
+// chooses the same each time, so runs that read it are as reproducible as runs without one.
+// Host code only (no CUDA): the CUDA backend applies it (kernels/cuda/matmul.cuh).
+//
+// The text, one item a line, '#' lines ignored:
+//   gpu NVIDIA H200
+//   cublaslt 130100
+//   precision bf16
+//   gemm <m> <n> <k> <lda> <ldb> <ldd> <transa 0|1> <transb 0|1> <epilogue> <alignment> <algorithm>
+// where the ten fields before the algorithm are kernels/cuda/matmul.cuh's GemmKey.
+#pragma once
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../common/io.h"
+
+// the epilogues a GemmKey can have, as the table spells them
+inline const std::vector<std::string>& gemm_epilogue_names() {
+    static const std::vector<std::string> names = {"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD", "BGRADB"};
+    return names;
+}
+// How many algorithms the heuristic is asked for where a table names one: the same number that
+// bench_gemm timed, so that a place means the same algorithm in both lists.
+constexpr int kGemmAlgorithmsAsked = 16;
+
+struct GemmChoices {
+    std::string gpu;            // cudaDeviceProp::name
+    long cublaslt_version = 0;  // cublasLtGetVersion()
+    std::string precision;      // bf16 | fp32: the build's
+    std::map<std::string, int> algorithm;  // the ten key fields, one space apart -> place in the list
+};
+
+// a GemmKey's fields as the table writes them (its map key)
+inline std::string gemm_shape_text(int m, int n, int k, int lda, int ldb, int ldd, bool trans_a, bool trans_b,
+                                   const std::string& epilogue, int align) {
+    std::ostringstream s;
+    s << m << ' ' << n << ' ' << k << ' ' << lda << ' ' << ldb << ' ' << ldd << ' ' << (trans_a ? 1 : 0) << ' '
+      << (trans_b ? 1 : 0) << ' ' << epilogue << ' ' << align;
+    return s.str();
+}
+
+inline std::string format_gemm_choices(const GemmChoices& t) {
+    std::ostringstream s;
+    s << "# GEMM algorithms for train_gpt --gemm-algos (scripts/bench_gemm --write): for each shape, the place\n"
+         "# in cuBLASLt's heuristic list of the fastest algorithm (0: its first, which runs without a table)\n"
+         "# gemm m n k lda ldb ldd transa transb epilogue alignment algorithm\n";
+    s << "gpu " << t.gpu << "\ncublaslt " << t.cublaslt_version << "\nprecision " << t.precision << "\n";
+    for (const auto& [shape, index] : t.algorithm) s << "gemm " << shape << ' ' << index << "\n";
+    return s.str();
+}
+
+namespace gemm_choices_detail {
+// a whole number in [lo, hi] written in decimal, or false
+inline bool parse_int(const std::string& v, long lo, long hi, long* out) {
+    char* end = nullptr;
+    errno = 0;
+    const long x = strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) return false;
+    *out = x;
+    return true;
+}
+}  // namespace gemm_choices_detail
+
+// The table in `text`, or "" into *error: the line and what was expected there.
+inline GemmChoices parse_gemm_choices(const std::string& text, std::string* error) {
+    using gemm_choices_detail::parse_int;
+    GemmChoices t;
+    std::istringstream lines(text);
+    std::string line;
+    int number = 0;
+    auto fail = [&](const std::string& what) {
+        *error = "line " + std::to_string(number) + ": " + what;
+        return GemmChoices{};
+    };
+    error->clear();
+    while (std::getline(lines, line)) {
+        number++;
+        if (line.empty() || line[0] == '#') continue;
+        const size_t space = line.find(' ');
+        const std::string item = line.substr(0, space), rest = space == std::string::npos ? "" : line.substr(space + 1);
+        if (item == "gpu") {
+            if (rest.empty()) return fail("gpu without a name");
+            t.gpu = rest;
+        } else if (item == "cublaslt") {
+            if (!parse_int(rest, 1, 1L << 40, &t.cublaslt_version)) return fail("expected cuBLASLt's version number, not '" + rest + "'");
+        } else if (item == "precision") {
+            if (rest != "bf16" && rest != "fp32") return fail("expected precision bf16 or fp32, not '" + rest + "'");
+            t.precision = rest;
+        } else if (item == "gemm") {
+            std::istringstream fields(rest);
+            std::vector<std::string> f;
+            for (std::string w; fields >> w;) f.push_back(w);
+            if (f.size() != 11) return fail("expected 11 fields after gemm (m n k lda ldb ldd transa transb epilogue alignment algorithm), found " + std::to_string(f.size()));
+            long v[11];
+            for (int i = 0; i < 6; i++)
+                if (!parse_int(f[i], 1, 1L << 31, &v[i])) return fail("expected a positive size, not '" + f[i] + "'");
+            for (int i = 6; i < 8; i++)
+                if (!parse_int(f[i], 0, 1, &v[i])) return fail("expected transa and transb 0 or 1, not '" + f[i] + "'");
+            const std::vector<std::string>& names = gemm_epilogue_names();
+            bool known = false;
+            for (const std::string& name : names) known = known || name == f[8];
+            if (!known) return fail("unknown epilogue '" + f[8] + "'");
+            if (!parse_int(f[9], 1, 16, &v[9])) return fail("expected an alignment of 1 to 16 bytes, not '" + f[9] + "'");
+            if (!parse_int(f[10], 0, kGemmAlgorithmsAsked - 1, &v[10]))
+                return fail("expected an algorithm from 0 to " + std::to_string(kGemmAlgorithmsAsked - 1) + ", not '" + f[10] + "'");
+            const std::string shape = gemm_shape_text((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], v[6] == 1,
+                                                      v[7] == 1, f[8], (int)v[9]);
+            if (!t.algorithm.emplace(shape, (int)v[10]).second) return fail("shape '" + shape + "' given twice");
+        } else {
+            return fail("expected gpu, cublaslt, precision or gemm, not '" + item + "'");
+        }
+    }
+    if (t.gpu.empty() || t.cublaslt_version == 0 || t.precision.empty()) {
+        number = 0;
+        return fail("expected gpu, cublaslt and precision lines: a table names what it was timed on");
+    }
+    return t;
+}
+
+// The table in file `path`; a file that cannot be read or parsed stops the run with one line.
+inline GemmChoices read_gemm_choices(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (f == nullptr) fatal(2, "--gemm-algos %s: cannot open: %s (scripts/bench_gemm --write makes one)", path.c_str(), strerror(errno));
+    std::string text;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+    const bool failed = ferror(f) != 0;
+    fclose(f);
+    if (failed) fatal(2, "--gemm-algos %s: read failed", path.c_str());
+    std::string error;
+    GemmChoices t = parse_gemm_choices(text, &error);
+    if (!error.empty()) fatal(2, "--gemm-algos %s: %s", path.c_str(), error.c_str());
+    return t;
+}
