@@ -512,9 +512,9 @@ inline uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull)
 
 // Every rank must train the same model on the same data with the same flags; rank 0's hash of
 // all of it is compared everywhere, and a mismatch stops every rank with a message, not a hang.
-// read_files: the text of the files the flags name that each rank reads for itself (--gemm-algos).
+// flag_files: the contents of the files the flags name that each rank reads itself (--gemm-algos).
 inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const GPT2Config& mc,
-                              const DataLoader& data, bool have_tokenizer, const std::string& read_files) {
+                              const DataLoader& data, bool have_tokenizer, const std::string& flag_files) {
     std::string s;
     for (const Flag& f : kFlags) {
         if (f.field == offsetof(TrainConfig, process_rank)) continue;  // differs by design
@@ -532,7 +532,7 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     s += std::to_string(mc.num_layers) + ' ' + std::to_string(mc.channels) + ' ' + std::to_string(mc.vocab_size) + ' ' + std::to_string(mc.max_seq_len);
     for (size_t n : data.sizes()) s += ' ' + std::to_string(n);
     s += have_tokenizer ? " tok" : " notok";
-    s += read_files;
+    s += flag_files;
     uint64_t mine = fnv1a(s), root = mine;
     comm.broadcast_host(&root, sizeof(root), 0);
     bool differs = root != mine;
@@ -735,7 +735,7 @@ struct Run {
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
     int shard_group = 1;  // ranks per shard group (the world without --shard-group)
-    size_t gemm_shapes_chosen = 0;  // GEMM shapes whose algorithm --gemm-algos names
+    size_t gemm_table_shapes = 0;  // GEMM shapes whose algorithm the --gemm-algos table names
     long total_batch = 0;
     std::unique_ptr<DataLoader> train_data, val_data;
     std::unique_ptr<HellaSwag> hellaswag;
@@ -804,7 +804,7 @@ struct Run {
         if (!cfg.gemm_algos.empty()) {  // before the first GEMM
             const std::string differs = Backend::use_gemm_choices(gemm_choices);
             if (!differs.empty()) fatal(2, "--gemm-algos %s: %s", cfg.gemm_algos.c_str(), differs.c_str());
-            gemm_shapes_chosen = gemm_choices.algorithm.size();
+            gemm_table_shapes = gemm_choices.algorithm.size();
         }
         const RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         Backend::reserve(GPT2<Backend>::op_shapes(mc, B, T));
@@ -890,8 +890,8 @@ private:
                    cfg.shuffle ? ", shuffled each epoch" : "");
             note_inapplicable_flags<Backend>(cfg);
             if (!cfg.gemm_algos.empty())
-                printf("GEMM algorithms: %zu shape(s) as %s chose them, the others cuBLASLt's first\n", gemm_shapes_chosen,
-                       cfg.gemm_algos.c_str());
+                printf("GEMM algorithms: %s names %zu shape(s); the others run cuBLASLt's first\n", cfg.gemm_algos.c_str(),
+                       gemm_table_shapes);
             if (cfg.quantize_weights != "none" && shard_group == 1)
                 printf("note: --quantize-weights: a shard group of one rank gathers nothing, so nothing is quantized\n");
             if (cfg.quantize_grads != "none" && world == 1)

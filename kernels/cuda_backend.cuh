@@ -51,11 +51,7 @@ struct CudaBackend {
         return n > 0;
     }
     // the GPU's name (cudaDeviceProp::name), for the MFU's peak
-    static std::string device_name() {
-        cudaDeviceProp prop;
-        CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu::ctx().device));
-        return prop.name;
-    }
+    static std::string device_name() { return gpu::ctx().device_name; }
     // select device local_rank % count; create the stream, cuBLASLt handle and workspace
     static void init(int local_rank) {
         int n = 0;

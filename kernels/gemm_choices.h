@@ -1,19 +1,25 @@
 // Which of cuBLASLt's algorithms each GEMM shape runs, where not the heuristic's first: the table
 // that scripts/bench_gemm --write makes by timing every algorithm the heuristic offers on one GPU,
-// and train_gpt --gemm-algos reads. An algorithm is named by its place in the heuristic's list,
-// which one cuBLASLt version gives alike on one kind of GPU, so the table names both and is refused
-// elsewhere. Choosing by timing inside a run could choose differently from run to run; a table
-// chooses the same each time, so runs that read it are as reproducible as runs without one.
-// Host code only (no CUDA): the CUDA backend applies it (kernels/cuda/matmul.cuh).
+// and train_gpt --gemm-algos reads. Choosing by timing inside a run could choose differently from
+// run to run; a table chooses the same each time, so runs that read it are as reproducible as runs
+// without one. An algorithm is named by its configuration as cuBLASLt reports it (its id, tile,
+// stages, split-K, reduction, swizzling, custom option, inner and cluster shape), and a run takes
+// it from among those the heuristic offers for the shape; the GPU (name and SM count), cuBLASLt
+// version, workspace and precision the table was timed with are named too, and a run with others
+// refuses it. Host code only (no CUDA): the CUDA backend applies it (kernels/cuda/matmul.cuh).
 //
 // The text, one item a line, '#' lines ignored:
 //   gpu NVIDIA H200
+//   sms 132
 //   cublaslt 130100
+//   workspace 33554432
 //   precision bf16
 //   gemm <m> <n> <k> <lda> <ldb> <ldd> <transa 0|1> <transb 0|1> <epilogue> <alignment> <algorithm>
-// where the ten fields before the algorithm are kernels/cuda/matmul.cuh's GemmKey.
+// where the ten fields before the algorithm are kernels/cuda/matmul.cuh's GemmKey and the
+// algorithm is its nine configuration numbers joined by ':'.
 #pragma once
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -23,20 +29,20 @@
 
 #include "../common/io.h"
 
-// the epilogues a GemmKey can have, as the table spells them
-inline const std::vector<std::string>& gemm_epilogue_names() {
-    static const std::vector<std::string> names = {"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD", "BGRADB"};
-    return names;
-}
-// How many algorithms the heuristic is asked for where a table names one: the same number that
-// bench_gemm timed, so that a place means the same algorithm in both lists.
+// the epilogues a GemmKey can have, as the table spells them (matmul.cuh's kGemmEpilogues, in order)
+inline constexpr const char* kGemmEpilogueNames[] = {"none", "BIAS", "GELU_AUX_BIAS", "DGELU", "DGELU_BGRAD", "BGRADB"};
+constexpr int kGemmAlgorithmConfigs = 9;  // the numbers that name an algorithm
+// How many algorithms the heuristic is asked for where a table names one: as many as bench_gemm
+// timed, so that the algorithm it chose is among them.
 constexpr int kGemmAlgorithmsAsked = 16;
 
 struct GemmChoices {
     std::string gpu;            // cudaDeviceProp::name
+    long sms = 0;               // its multiprocessors: a part with the same name and fewer gets other algorithms
     long cublaslt_version = 0;  // cublasLtGetVersion()
+    long workspace = 0;         // bytes of cuBLASLt workspace the heuristic was allowed
     std::string precision;      // bf16 | fp32: the build's
-    std::map<std::string, int> algorithm;  // the ten key fields, one space apart -> place in the list
+    std::map<std::string, std::string> algorithm;  // gemm_shape_text -> the algorithm's configuration
 };
 
 // a GemmKey's fields as the table writes them (its map key)
@@ -50,11 +56,12 @@ inline std::string gemm_shape_text(int m, int n, int k, int lda, int ldb, int ld
 
 inline std::string format_gemm_choices(const GemmChoices& t) {
     std::ostringstream s;
-    s << "# GEMM algorithms for train_gpt --gemm-algos (scripts/bench_gemm --write): for each shape, the place\n"
-         "# in cuBLASLt's heuristic list of the fastest algorithm (0: its first, which runs without a table)\n"
-         "# gemm m n k lda ldb ldd transa transb epilogue alignment algorithm\n";
-    s << "gpu " << t.gpu << "\ncublaslt " << t.cublaslt_version << "\nprecision " << t.precision << "\n";
-    for (const auto& [shape, index] : t.algorithm) s << "gemm " << shape << ' ' << index << "\n";
+    s << "# GEMM algorithms for train_gpt --gemm-algos (scripts/bench_gemm --write): for each shape, the\n"
+         "# configuration of the fastest algorithm cuBLASLt's heuristic offered, as timed on this GPU\n"
+         "# gemm m n k lda ldb ldd transa transb epilogue alignment id:tile:stages:splitk:reduction:swizzle:custom:inner:cluster\n";
+    s << "gpu " << t.gpu << "\nsms " << t.sms << "\ncublaslt " << t.cublaslt_version << "\nworkspace " << t.workspace
+      << "\nprecision " << t.precision << "\n";
+    for (const auto& [shape, algorithm] : t.algorithm) s << "gemm " << shape << ' ' << algorithm << "\n";
     return s.str();
 }
 
@@ -82,16 +89,23 @@ inline GemmChoices parse_gemm_choices(const std::string& text, std::string* erro
         return GemmChoices{};
     };
     error->clear();
+    std::map<std::string, int> said;  // header item -> its line
     while (std::getline(lines, line)) {
         number++;
         if (line.empty() || line[0] == '#') continue;
         const size_t space = line.find(' ');
         const std::string item = line.substr(0, space), rest = space == std::string::npos ? "" : line.substr(space + 1);
+        if (item != "gemm" && !said.emplace(item, number).second)
+            return fail(item + " given twice (first at line " + std::to_string(said[item]) + ")");
         if (item == "gpu") {
             if (rest.empty()) return fail("gpu without a name");
             t.gpu = rest;
+        } else if (item == "sms") {
+            if (!parse_int(rest, 1, INT_MAX, &t.sms)) return fail("expected the GPU's multiprocessor count, not '" + rest + "'");
         } else if (item == "cublaslt") {
-            if (!parse_int(rest, 1, 1L << 40, &t.cublaslt_version)) return fail("expected cuBLASLt's version number, not '" + rest + "'");
+            if (!parse_int(rest, 1, LONG_MAX, &t.cublaslt_version)) return fail("expected cuBLASLt's version number, not '" + rest + "'");
+        } else if (item == "workspace") {
+            if (!parse_int(rest, 0, LONG_MAX, &t.workspace)) return fail("expected the workspace's bytes, not '" + rest + "'");
         } else if (item == "precision") {
             if (rest != "bf16" && rest != "fp32") return fail("expected precision bf16 or fp32, not '" + rest + "'");
             t.precision = rest;
@@ -99,29 +113,39 @@ inline GemmChoices parse_gemm_choices(const std::string& text, std::string* erro
             std::istringstream fields(rest);
             std::vector<std::string> f;
             for (std::string w; fields >> w;) f.push_back(w);
-            if (f.size() != 11) return fail("expected 11 fields after gemm (m n k lda ldb ldd transa transb epilogue alignment algorithm), found " + std::to_string(f.size()));
-            long v[11];
+            if (f.size() != 11)
+                return fail("expected 11 fields after gemm (m n k lda ldb ldd transa transb epilogue alignment algorithm), found " +
+                            std::to_string(f.size()));
+            long v[10];
             for (int i = 0; i < 6; i++)
-                if (!parse_int(f[i], 1, 1L << 31, &v[i])) return fail("expected a positive size, not '" + f[i] + "'");
+                if (!parse_int(f[i], 1, INT_MAX, &v[i])) return fail("expected a positive size, not '" + f[i] + "'");
             for (int i = 6; i < 8; i++)
                 if (!parse_int(f[i], 0, 1, &v[i])) return fail("expected transa and transb 0 or 1, not '" + f[i] + "'");
-            const std::vector<std::string>& names = gemm_epilogue_names();
             bool known = false;
-            for (const std::string& name : names) known = known || name == f[8];
+            for (const char* name : kGemmEpilogueNames) known = known || f[8] == name;
             if (!known) return fail("unknown epilogue '" + f[8] + "'");
             if (!parse_int(f[9], 1, 16, &v[9])) return fail("expected an alignment of 1 to 16 bytes, not '" + f[9] + "'");
-            if (!parse_int(f[10], 0, kGemmAlgorithmsAsked - 1, &v[10]))
-                return fail("expected an algorithm from 0 to " + std::to_string(kGemmAlgorithmsAsked - 1) + ", not '" + f[10] + "'");
+            // the algorithm: its configuration numbers, written back without leading zeros or signs
+            std::istringstream parts(f[10]);
+            std::string part, algorithm;
+            int count = 0;
+            for (long x; std::getline(parts, part, ':'); count++) {
+                if (!parse_int(part, 0, UINT_MAX, &x)) break;
+                algorithm += (count ? ":" : "") + std::to_string(x);
+            }
+            if (count != kGemmAlgorithmConfigs || f[10].back() == ':')
+                return fail("expected the algorithm as " + std::to_string(kGemmAlgorithmConfigs) +
+                            " numbers joined by ':' (id:tile:stages:splitk:reduction:swizzle:custom:inner:cluster), not '" + f[10] + "'");
             const std::string shape = gemm_shape_text((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], v[6] == 1,
                                                       v[7] == 1, f[8], (int)v[9]);
-            if (!t.algorithm.emplace(shape, (int)v[10]).second) return fail("shape '" + shape + "' given twice");
+            if (!t.algorithm.emplace(shape, algorithm).second) return fail("shape '" + shape + "' given twice");
         } else {
-            return fail("expected gpu, cublaslt, precision or gemm, not '" + item + "'");
+            return fail("expected gpu, sms, cublaslt, workspace, precision or gemm, not '" + item + "'");
         }
     }
-    if (t.gpu.empty() || t.cublaslt_version == 0 || t.precision.empty()) {
+    if (said.size() != 5) {
         number = 0;
-        return fail("expected gpu, cublaslt and precision lines: a table names what it was timed on");
+        return fail("expected gpu, sms, cublaslt, workspace and precision lines: a table names what it was timed on");
     }
     return t;
 }
@@ -133,9 +157,9 @@ inline GemmChoices read_gemm_choices(const std::string& path) {
     std::string text;
     char buf[4096];
     for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
-    const bool failed = ferror(f) != 0;
+    const int read_error = ferror(f) ? errno : 0;
     fclose(f);
-    if (failed) fatal(2, "--gemm-algos %s: read failed", path.c_str());
+    if (read_error != 0) fatal(2, "--gemm-algos %s: cannot read: %s", path.c_str(), strerror(read_error));
     std::string error;
     GemmChoices t = parse_gemm_choices(text, &error);
     if (!error.empty()) fatal(2, "--gemm-algos %s: %s", path.c_str(), error.c_str());

@@ -11,6 +11,7 @@
 // Built by kernels/cuda.mk (scripts/bench_gemm), run by scripts/bench_gpu.sh.
 //   bench_gemm [-e MODEL -b B [-t T]] [--accumulate] [--write FILE]
 //   (MODEL as train_gpt -e takes it; kGemmAlgorithmsAsked algorithms asked of the heuristic a GEMM)
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,6 +19,10 @@
 
 #include "model/shape.h"
 #include "scripts/bench_cuda.cuh"
+
+#ifdef ENABLE_FP32
+#error "bench_gemm times the bf16 build's GEMMs and epilogues; its tables are for that build"
+#endif
 
 namespace {
 
@@ -78,13 +83,26 @@ std::vector<GemmCall> step_gemms(const Model& m, bool accumulate) {
     return g;
 }
 
-// ms of one call with each algorithm the heuristic offers (the first: the trainer's), or a
-// negative value for one that fails to run
-std::vector<float> time_algorithms(const GemmCall& call, int candidates) {
+// One algorithm of a GEMM and its time (negative: it failed to run)
+struct Timed {
+    cublasLtMatmulAlgo_t algo;
+    std::string text;  // its configuration, as a --gemm-algos table names it
+    float ms;
+};
+
+// Each algorithm the heuristic offers for the call, timed: first the one the trainer runs without
+// a table (the heuristic's first, asked for one), then those of the kGemmAlgorithmsAsked it offers
+// when asked for more (where a table's algorithm is taken from), each configuration once.
+// `algorithms` 1: the trainer's alone.
+std::vector<Timed> time_algorithms(const GemmCall& call, int algorithms) {
     const gpu::GemmKey& k = call.key;
-    gpu::GemmPlan plan;
-    std::vector<cublasLtMatmulHeuristicResult_t> heur(candidates);
-    heur.resize(gpu::make_gemm_descriptors(k, plan, candidates, heur.data()));
+    gpu::GemmPlan plan, first_plan;
+    cublasLtMatmulHeuristicResult_t first;
+    const int first_found = gpu::make_gemm_descriptors(k, first_plan, 1, &first);
+    gpu::destroy_gemm_descriptors(first_plan);
+    std::vector<cublasLtMatmulHeuristicResult_t> heur(algorithms);
+    heur.resize(gpu::make_gemm_descriptors(k, plan, algorithms, heur.data()));
+    if (first_found > 0) heur.insert(heur.begin(), first);
     // stored sizes: A is (k, m) when transposed else (m, k), B likewise, D (m, n)
     gpu::floatX* a = random_device((size_t)k.m * k.k, 1);
     gpu::floatX* b = random_device((size_t)k.k * k.n, 2);
@@ -99,22 +117,23 @@ std::vector<float> time_algorithms(const GemmCall& call, int candidates) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     gpu::Context& c = gpu::ctx();
     const float alpha = 1.0f;
-    std::vector<float> ms;
+    std::vector<Timed> timed;
     for (const cublasLtMatmulHeuristicResult_t& h : heur) {
+        if (h.state != CUBLAS_STATUS_SUCCESS) continue;
+        const std::string text = gpu::gemm_algorithm_text(h.algo);
+        bool seen = false;
+        for (const Timed& t : timed) seen = seen || t.text == text;
+        if (seen) continue;
         auto run = [&] {
             return cublasLtMatmul(c.lt, plan.desc, &alpha, a, plan.la, b, plan.lb, &call.beta, d, plan.ld, d, plan.ld,
                                   &h.algo, c.lt_workspace, c.lt_workspace_size, c.stream);
         };
-        if (h.state != CUBLAS_STATUS_SUCCESS || run() != CUBLAS_STATUS_SUCCESS) {
-            ms.push_back(-1.0f);
-            continue;
-        }
-        ms.push_back(median_ms([&] { CUBLAS_CHECK(run()); }, 10));
+        timed.push_back({h.algo, text, run() == CUBLAS_STATUS_SUCCESS ? median_ms([&] { CUBLAS_CHECK(run()); }, 10) : -1.0f});
     }
     for (void* p : {(void*)a, (void*)b, (void*)d, (void*)bias, (void*)aux})
         if (p != nullptr) CudaBackend::release(p);
     gpu::destroy_gemm_descriptors(plan);
-    return ms;
+    return timed;
 }
 
 // The candidate build's fc bias gradient (kernels/cuda/matmul.cuh): from the fc projection's DGELU
@@ -123,8 +142,8 @@ std::vector<float> time_algorithms(const GemmCall& call, int candidates) {
 void compare_fc_bias_gradient(const Model& m) {
     const int N = m.B * m.T, C = m.C, H = 4 * m.C;
     auto first_ms = [](const GemmCall& call) {
-        const std::vector<float> ms = time_algorithms(call, 1);
-        return ms.empty() ? -1.0f : ms[0];
+        const std::vector<Timed> timed = time_algorithms(call, 1);
+        return timed.empty() ? -1.0f : timed[0].ms;
     };
     const float dgelu = first_ms({"", {H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU, 16}, 0.0f, 1});
     const float dgelu_bgrad = first_ms({"", {H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, 16}, 0.0f, 1});
@@ -139,28 +158,34 @@ void compare_fc_bias_gradient(const Model& m) {
            (dgelu_bgrad + dweight_plain) * m.L, dgelu, dweight_bgradb, (dgelu + dweight_bgradb) * m.L);
 }
 
-// Times each GEMM of m's step; the fastest algorithm of each goes into *table.
+// A table's algorithm for a shape must beat the heuristic's first by this much: a gain inside the
+// timing's noise would move a run off cuBLASLt's choice for nothing.
+constexpr float kTableMinGain = 0.02f;
+
+// Times each GEMM of m's step; where one of the offered algorithms beats the trainer's by
+// kTableMinGain, *table gets it for that shape.
 void bench_model(const Model& m, bool accumulate, GemmChoices* table) {
     double used_step = 0.0, fastest_step = 0.0, flop_step = 0.0;
     for (const GemmCall& call : step_gemms(m, accumulate)) {
         const char* name = m.name.c_str();
-        const std::vector<float> ms = time_algorithms(call, kGemmAlgorithmsAsked);
-        if (ms.empty() || ms[0] < 0) {
+        const std::vector<Timed> timed = time_algorithms(call, kGemmAlgorithmsAsked);
+        if (timed.empty() || timed[0].ms < 0) {
             printf("gemm %s %s: no algorithm\n", name, call.name.c_str());
             continue;
         }
         int best = 0;
-        for (int i = 1; i < (int)ms.size(); i++)
-            if (ms[i] >= 0 && ms[i] < ms[best]) best = i;
-        table->algorithm[gpu::gemm_shape_text(call.key)] = best;
+        for (int i = 1; i < (int)timed.size(); i++)
+            if (timed[i].ms >= 0 && timed[i].ms < timed[best].ms) best = i;
+        const float used = timed[0].ms, fastest = timed[best].ms;
+        if (fastest < (1.0f - kTableMinGain) * used) table->algorithm[gpu::gemm_shape_text(call.key)] = timed[best].text;
         const gpu::GemmKey& k = call.key;
         const double flop = 2.0 * k.m * k.n * k.k;
         printf("gemm %s %-28s m=%5d n=%5d k=%5d %-13s x%-2d  trainer's %.3f ms (%3.0f TFLOP/s)  fastest of %2zu: #%d %.3f ms (%3.0f)\n",
-               name, call.name.c_str(), k.m, k.n, k.k, gpu::gemm_epilogue_name(k.epilogue), call.calls, ms[0], tflops(flop, ms[0]),
-               ms.size(), best, ms[best], tflops(flop, ms[best]));
+               name, call.name.c_str(), k.m, k.n, k.k, gpu::gemm_epilogue_name(k.epilogue), call.calls, used, tflops(flop, used),
+               timed.size(), best, fastest, tflops(flop, fastest));
         if (call.later) continue;
-        used_step += ms[0] * call.calls;
-        fastest_step += ms[best] * call.calls;
+        used_step += used * call.calls;
+        fastest_step += fastest * call.calls;
         flop_step += flop * call.calls;
     }
     printf("gemm %s B=%d T=%d: the step's GEMMs take %.2f ms (%.0f TFLOP/s) with the trainer's algorithms, %.2f ms with the "
@@ -187,13 +212,17 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) usage(a + " without a value");
         const std::string v = argv[++i];
         if (a == "-e") desc = v;
-        else if (a == "-b") B = atoi(v.c_str());
-        else if (a == "-t") T = atoi(v.c_str());
+        else if (a == "-b" || a == "-t") {
+            char* end = nullptr;
+            const long x = strtol(v.c_str(), &end, 10);
+            if (v.empty() || *end != '\0' || x < 1 || x > INT_MAX) usage(a + ": expected a whole number from 1, not '" + v + "'");
+            (a == "-b" ? B : T) = (int)x;
+        }
         else if (a == "--write") write = v;
         else usage("unknown flag " + a);
     }
     std::vector<Model> models = {{"d12", 64, 1024, 768, 12, 50304}, {"d48", 16, 1024, 1600, 48, 50304}};
-    if (!desc.empty() || B != 0) {
+    if (!desc.empty() || B != 0 || T != 1024) {
         GPT2Config mc;
         if (desc.empty() || !config_from_descriptor(desc, &mc)) usage("-e: expected a model descriptor as train_gpt -e takes (dX, gpt3:cX, L=,NH=,C=), not '" + desc + "'");
         if (B < 1 || T < 1 || T > mc.max_seq_len) usage("-b and -t: expected B >= 1 and T from 1 to " + std::to_string(mc.max_seq_len));
@@ -204,15 +233,16 @@ int main(int argc, char** argv) {
         printf("skipped: no GPU\n");
         return 0;
     }
-    GemmChoices table{CudaBackend::device_name(), (long)cublasLtGetVersion(), gpu::gemm_precision(), {}};
+    const gpu::Context& c = gpu::ctx();
+    GemmChoices table{c.device_name, c.num_sms, (long)cublasLtGetVersion(), (long)c.lt_workspace_size, gpu::gemm_precision(), {}};
     for (const Model& m : models) bench_model(m, accumulate, &table);
     if (!write.empty()) {
         AtomicFile f(write);
         const std::string text = format_gemm_choices(table);
         f.write(text.data(), text.size());
         f.commit();
-        printf("gemm table: %zu shapes, the fastest algorithm of each, written to %s (train_gpt --gemm-algos %s)\n",
-               table.algorithm.size(), write.c_str(), write.c_str());
+        printf("gemm table: %zu shape(s) whose fastest algorithm beats cuBLASLt's first by %.0f%% or more, written to %s "
+               "(train_gpt --gemm-algos %s)\n", table.algorithm.size(), 100 * kTableMinGain, write.c_str(), write.c_str());
     }
     return 0;
 }

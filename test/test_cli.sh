@@ -63,7 +63,7 @@ grep -q "^backend cpu, 2 rank(s), ZeRO stage 3 in 2 groups of 1 rank(s), one rep
     grep -q "^error: --gemm-algos $dir/none.txt: cannot open: No such file or directory (scripts/bench_gemm --write makes one)$" "$out" ||
     fail "--gemm-algos with a missing file: exit 2, one line"
 mkdir -p "$dir/r0" "$dir/r1"
-for r in 0 1; do printf 'gpu NVIDIA H200\ncublaslt 130100\nprecision bf16\ngemm 8 8 8 8 8 8 1 0 BIAS 16 %d\n' "$r" >"$dir/r$r/t.txt"; done
+for r in 0 1; do printf 'gpu NVIDIA H200\nsms 132\ncublaslt 130100\nworkspace 33554432\nprecision bf16\ngemm 8 8 8 8 8 8 1 0 BIAS 16 %d:1:1:1:0:0:0:0:0\n' "$r" >"$dir/r$r/t.txt"; done
 ./train_gpt "${tiny[@]}" --device cpu -x 1 --gemm-algos "$dir/r0/t.txt" >"$out" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$out")" -eq 1 ] &&
     grep -q "^error: --gemm-algos $dir/r0/t.txt: a table of cuBLASLt's algorithms, for --device cuda; this run is on the CPU backend$" "$out" ||
     fail "--gemm-algos on the CPU backend: exit 2, one line"

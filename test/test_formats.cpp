@@ -510,53 +510,60 @@ TEST_F(Files, Tokenizer) {
 
 
 // --gemm-algos tables (kernels/gemm_choices.h): what bench_gemm writes reads back the same, every
-// field of a shape keys it (two shapes that differ in one field are two entries), and each bad
-// line is refused with its number and what was expected there.
+// field of a shape keys it (two shapes that differ in one field are two entries), algorithms are
+// read back in one spelling, and each bad line is refused with its number and what was expected.
 TEST_F(Files, GemmAlgorithmTableRoundTripAndBadLines) {
-    GemmChoices t{"NVIDIA H200", 130100, "bf16", {}};
-    t.algorithm[gemm_shape_text(2304, 65536, 768, 768, 768, 2304, true, false, "BIAS", 16)] = 5;
-    t.algorithm[gemm_shape_text(2304, 65536, 768, 768, 768, 2304, true, false, "none", 16)] = 0;
-    t.algorithm[gemm_shape_text(768, 3072, 65536, 768, 3072, 768, false, true, "BGRADB", 16)] = 15;
-    t.algorithm[gemm_shape_text(3072, 65536, 768, 3072, 768, 3072, false, false, "DGELU_BGRAD", 2)] = 1;
+    GemmChoices t{"NVIDIA H200", 132, 130100, 33554432, "bf16", {}};
+    t.algorithm[gemm_shape_text(2304, 65536, 768, 768, 768, 2304, true, false, "BIAS", 16)] = "66:18:1093:1:0:0:0:0:0";
+    t.algorithm[gemm_shape_text(2304, 65536, 768, 768, 768, 2304, true, false, "none", 16)] = "66:18:1093:1:0:0:0:0:2";
+    t.algorithm[gemm_shape_text(768, 3072, 65536, 768, 3072, 768, false, true, "BGRADB", 16)] = "31:20:1024:4:2:1:0:3:0";
+    t.algorithm[gemm_shape_text(3072, 65536, 768, 3072, 768, 3072, false, false, "DGELU_BGRAD", 2)] = "4294967295:0:0:0:0:0:0:0:0";
     const std::string text = format_gemm_choices(t);
     std::string error;
     const GemmChoices back = parse_gemm_choices(text, &error);
     EXPECT_EQ(error, "");
-    EXPECT_EQ(back.gpu, "NVIDIA H200");
-    EXPECT_EQ(back.cublaslt_version, 130100);
-    EXPECT_EQ(back.precision, "bf16");
+    EXPECT_EQ(std::make_tuple(back.gpu, back.sms, back.cublaslt_version, back.workspace, back.precision),
+              std::make_tuple(std::string("NVIDIA H200"), 132L, 130100L, 33554432L, std::string("bf16")));
     EXPECT_EQ(back.algorithm, t.algorithm);
     EXPECT_EQ(back.algorithm.size(), 4u);
-    EXPECT_NE(text.find("gemm 2304 65536 768 768 768 2304 1 0 BIAS 16 5\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("gemm 2304 65536 768 768 768 2304 1 0 BIAS 16 66:18:1093:1:0:0:0:0:0\n"), std::string::npos) << text;
+    // one spelling of an algorithm, whatever the file's
+    const std::string head = "gpu NVIDIA H200\nsms 132\ncublaslt 130100\nworkspace 33554432\nprecision bf16\n";
+    EXPECT_EQ(parse_gemm_choices(head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 066:+18:1:1:0:0:0:0:0\n", &error).algorithm.begin()->second,
+              "66:18:1:1:0:0:0:0:0");
 
-    const std::string head = "gpu NVIDIA H200\ncublaslt 130100\nprecision bf16\n";
     const std::vector<std::pair<std::string, std::string>> bad = {
-        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16\n", "line 4: expected 11 fields after gemm"},
-        {head + "gemm 1 2 3 4 5 0 0 1 BIAS 16 2\n", "line 4: expected a positive size, not '0'"},
-        {head + "gemm 1 2 3 4 5 6 2 1 BIAS 16 2\n", "line 4: expected transa and transb 0 or 1, not '2'"},
-        {head + "gemm 1 2 3 4 5 6 0 1 RELU 16 2\n", "line 4: unknown epilogue 'RELU'"},
-        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 32 2\n", "line 4: expected an alignment of 1 to 16 bytes, not '32'"},
-        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 16\n", "line 4: expected an algorithm from 0 to 15, not '16'"},
-        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 x\n", "line 4: expected an algorithm from 0 to 15, not 'x'"},
-        {head + "# two of one shape\ngemm 1 2 3 4 5 6 0 1 BIAS 16 2\ngemm 1 2 3 4 5 6 0 1 BIAS 16 3\n",
-         "line 6: shape '1 2 3 4 5 6 0 1 BIAS 16' given twice"},
-        {head + "precision fp16\n", "line 4: expected precision bf16 or fp32, not 'fp16'"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16\n", "line 6: expected 11 fields after gemm"},
+        {head + "gemm 1 2 3 4 5 0 0 1 BIAS 16 1:1:1:1:0:0:0:0:0\n", "line 6: expected a positive size, not '0'"},
+        {head + "gemm 1 2 3 4 5 2147483648 0 1 BIAS 16 1:1:1:1:0:0:0:0:0\n", "line 6: expected a positive size, not '2147483648'"},
+        {head + "gemm 1 2 3 4 5 6 2 1 BIAS 16 1:1:1:1:0:0:0:0:0\n", "line 6: expected transa and transb 0 or 1, not '2'"},
+        {head + "gemm 1 2 3 4 5 6 0 1 RELU 16 1:1:1:1:0:0:0:0:0\n", "line 6: unknown epilogue 'RELU'"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 32 1:1:1:1:0:0:0:0:0\n", "line 6: expected an alignment of 1 to 16 bytes, not '32'"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 1:1:1:1:0:0:0:0\n", "line 6: expected the algorithm as 9 numbers joined by ':'"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 1:1:1:1:0:0:0:0:0:0\n", "line 6: expected the algorithm as 9 numbers"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 1:1:1:1:0:0:0:0:0:\n", "line 6: expected the algorithm as 9 numbers"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 1:1:1:-1:0:0:0:0:0\n", "line 6: expected the algorithm as 9 numbers"},
+        {head + "gemm 1 2 3 4 5 6 0 1 BIAS 16 5\n", "line 6: expected the algorithm as 9 numbers"},
+        {head + "# two of one shape\ngemm 1 2 3 4 5 6 0 1 BIAS 16 1:1:1:1:0:0:0:0:0\ngemm 1 2 3 4 5 6 0 1 BIAS 16 2:1:1:1:0:0:0:0:0\n",
+         "line 8: shape '1 2 3 4 5 6 0 1 BIAS 16' given twice"},
+        {head + "precision fp32\n", "line 6: precision given twice (first at line 5)"},
+        {"precision fp16\n", "line 1: expected precision bf16 or fp32, not 'fp16'"},
         {"gpu NVIDIA H200\ncublaslt 13.1\n", "line 2: expected cuBLASLt's version number, not '13.1'"},
-        {head + "algo 1\n", "line 4: expected gpu, cublaslt, precision or gemm, not 'algo'"},
-        {"gpu NVIDIA H200\nprecision bf16\ngemm 1 2 3 4 5 6 0 1 BIAS 16 2\n",
-         "line 0: expected gpu, cublaslt and precision lines"},
+        {"sms 0\n", "line 1: expected the GPU's multiprocessor count, not '0'"},
+        {"workspace lots\n", "line 1: expected the workspace's bytes, not 'lots'"},
+        {head + "algo 1\n", "line 6: expected gpu, sms, cublaslt, workspace, precision or gemm, not 'algo'"},
+        {"gpu NVIDIA H200\nsms 132\ncublaslt 130100\nprecision bf16\n", "line 0: expected gpu, sms, cublaslt, workspace and precision lines"},
     };
     for (const auto& [table, want] : bad) {
         const GemmChoices none = parse_gemm_choices(table, &error);
         EXPECT_EQ(error.substr(0, want.size()), want) << table;
-        EXPECT_TRUE(none.algorithm.empty()) << table;
+        EXPECT_TRUE(none.algorithm.empty() && none.gpu.empty()) << table;
     }
-    write_bytes(path("bad.txt"), bad[3].first.data(), bad[3].first.size());
-    EXPECT_EXIT(read_gemm_choices(path("bad.txt")), ExitedWithCode(2), "--gemm-algos .*bad.txt: line 4: unknown epilogue 'RELU'");
+    write_bytes(path("bad.txt"), bad[4].first.data(), bad[4].first.size());
+    EXPECT_EXIT(read_gemm_choices(path("bad.txt")), ExitedWithCode(2), "--gemm-algos .*bad.txt: line 6: unknown epilogue 'RELU'");
     EXPECT_EXIT(read_gemm_choices(path("none.txt")), ExitedWithCode(2),
                 "--gemm-algos .*none.txt: cannot open: No such file or directory \\(scripts/bench_gemm --write makes one\\)");
     write_bytes(path("good.txt"), text.data(), text.size());
     EXPECT_EQ(read_gemm_choices(path("good.txt")).algorithm, t.algorithm);
 }
-
 }  // namespace

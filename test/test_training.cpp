@@ -149,6 +149,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--quantize-grads", {"none", "int8"}, {"int4", "fp8"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
     {"", "--cuda-graph", {"0", "1"}, {"-1", "2", "x"}},
+    {"", "--gemm-algos", {"gemm.txt"}, {}},
     {"-w", "--master-weights", {"0", "1"}, {"-1", "2", "x"}},
     {"-f", "--tf32", {"0", "1"}, {"-1", "2", "x"}},
     {"-ge", "--gelu-fusion", {"0", "2"}, {"-1", "3", "x"}},
@@ -177,7 +178,7 @@ std::string describe(const TrainConfig& c) {
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
-      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.recompute << '|' << c.cuda_graph << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
+      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.recompute << '|' << c.cuda_graph << '|' << c.gemm_algos << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "../../common/io.h"  // fatal(): one line, and every rank stops
 #include "../../common/bf16.h"  // stochastic rounding
@@ -145,6 +146,7 @@ struct Context {
     PinnedUpload uploads[2];  // used in turn (upload_pinned)
     int next_upload = 0;
     size_t free_at_init = 0;  // device bytes free when the context was made, before its buffers
+    std::string device_name;  // cudaDeviceProp::name
     int num_sms = 0;
     size_t max_smem_optin = 0;
     uint64_t launches = 0;  // kernels, cuBLASLt matmuls and graphs queued so far (check_launch counts them)
@@ -166,6 +168,7 @@ inline void init_context(int device) {
     CUDA_CHECK(cudaGetDevice(&c.device));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, c.device));
+    c.device_name = prop.name;
     c.num_sms = prop.multiProcessorCount;
     c.max_smem_optin = prop.sharedMemPerBlockOptin;
     const char* sync = getenv("CUDA_SYNC_LAUNCHES");

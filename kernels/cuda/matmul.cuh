@@ -14,7 +14,9 @@
 // Compute is fp32 in both builds; the fp32 build gets no TF32, so it matches the CPU closely.
 #pragma once
 #include <initializer_list>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <tuple>
 #include <vector>
 
@@ -66,37 +68,61 @@ struct GemmEpilogue {
     const void* aux = nullptr;  // m x n like D, leading dimension m
 };
 
-// an epilogue as kernels/gemm_choices.h's table spells it
+// the epilogues a --gemm-algos table can name, in kGemmEpilogueNames' order
+constexpr cublasLtEpilogue_t kGemmEpilogues[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                                 CUBLASLT_EPILOGUE_DGELU,   CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADB};
+static_assert(std::size(kGemmEpilogues) == std::size(kGemmEpilogueNames), "one name for each epilogue");
+// an epilogue as the table spells it ("" for one it cannot name)
 inline const char* gemm_epilogue_name(cublasLtEpilogue_t e) {
-    switch (e) {
-        case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
-        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
-        case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
-        case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
-        case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
-        default: return "none";
-    }
+    for (size_t i = 0; i < std::size(kGemmEpilogues); i++)
+        if (kGemmEpilogues[i] == e) return kGemmEpilogueNames[i];
+    return "";
 }
 inline std::string gemm_shape_text(const GemmKey& k) {
     return ::gemm_shape_text(k.m, k.n, k.k, k.lda, k.ldb, k.ldd, k.trans_a, k.trans_b, gemm_epilogue_name(k.epilogue), (int)k.align);
 }
+// the key a table's shape text names (a text parse_gemm_choices accepted)
+inline GemmKey gemm_key_of(const std::string& shape) {
+    std::istringstream f(shape);
+    GemmKey k;
+    int trans_a, trans_b;
+    std::string epilogue;
+    f >> k.m >> k.n >> k.k >> k.lda >> k.ldb >> k.ldd >> trans_a >> trans_b >> epilogue >> k.align;
+    k.trans_a = trans_a == 1, k.trans_b = trans_b == 1;
+    k.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    for (size_t i = 0; i < std::size(kGemmEpilogues); i++)
+        if (epilogue == kGemmEpilogueNames[i]) k.epilogue = kGemmEpilogues[i];
+    return k;
+}
+// an algorithm as the table names it: its configuration, nine numbers joined by ':'
+inline std::string gemm_algorithm_text(const cublasLtMatmulAlgo_t& algo) {
+    constexpr cublasLtMatmulAlgoConfigAttributes_t kConfigs[kGemmAlgorithmConfigs] = {
+        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+        CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+        CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+    std::string text;
+    for (cublasLtMatmulAlgoConfigAttributes_t attr : kConfigs) {
+        size_t size = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size));
+        uint32_t value = 0;  // each is 2 or 4 bytes, never negative (little-endian: the low bytes)
+        if (size > sizeof(value)) fatal(1, "cuBLASLt: algorithm configuration %d takes %zu bytes, expected at most 4", (int)attr, size);
+        CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, size, &size));
+        text += (text.empty() ? "" : ":") + std::to_string(value);
+    }
+    return text;
+}
 inline std::string gemm_precision() { return sizeof(floatX) == 2 ? "bf16" : "fp32"; }
 
-// Every matmul's plan, made at its shape's first call and kept for the process's life, like the
-// cuBLASLt handle they belong to; and the --gemm-algos table they are made by (empty: each shape
-// takes the heuristic's first algorithm).
-struct GemmPlans {
-    std::map<GemmKey, GemmPlan> plans;
-    std::map<std::string, int> table;  // gemm_shape_text -> place in the heuristic's list
-};
-inline GemmPlans& gemm_plans() {
-    static GemmPlans p;
-    return p;
+// Every matmul's plan, made at its shape's first call (or, for the shapes of a --gemm-algos table,
+// when the table is taken) and kept for the process's life, like the cuBLASLt handle they belong to.
+inline std::map<GemmKey, GemmPlan>& gemm_plans() {
+    static std::map<GemmKey, GemmPlan> plans;
+    return plans;
 }
 
-// The plan's descriptors, and the first `want` algorithms cuBLASLt's heuristic offers for it (1,
-// or kGemmAlgorithmsAsked for a shape a --gemm-algos table names, as scripts/bench_gemm asks),
-// best first; returns how many it had.
+// The plan's descriptors, and the first `want` algorithms cuBLASLt's heuristic offers for it (1;
+// kGemmAlgorithmsAsked for a --gemm-algos table, as scripts/bench_gemm asks), best first; returns
+// how many it had.
 inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cublasLtMatmulHeuristicResult_t* heur) {
     Context& c = ctx();
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -134,40 +160,56 @@ inline void destroy_gemm_descriptors(GemmPlan& g) {
     for (cublasLtMatrixLayout_t l : {g.la, g.lb, g.ld}) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
 }
 
+// a shape's plan with the heuristic's first algorithm
 inline GemmPlan make_gemm_plan(const GemmKey& key) {
     GemmPlan g;
-    const auto chosen = gemm_plans().table.find(gemm_shape_text(key));
-    const int place = chosen == gemm_plans().table.end() ? 0 : chosen->second;
-    // without a table the heuristic's first, as ever; with one, asked as bench_gemm asked
-    std::vector<cublasLtMatmulHeuristicResult_t> heur(chosen == gemm_plans().table.end() ? 1 : kGemmAlgorithmsAsked);
-    const int found = make_gemm_descriptors(key, g, (int)heur.size(), heur.data());
+    cublasLtMatmulHeuristicResult_t heur;
+    const int found = make_gemm_descriptors(key, g, 1, &heur);
     const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_BIAS;
     if (found == 0 && !optional)
         fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d", key.m, key.n, key.k,
               (int)key.trans_a, (int)key.trans_b, (int)key.epilogue);
-    if (found > 0 && found <= place)
-        fatal(2, "--gemm-algos: GEMM %s: the table names algorithm %d, cuBLASLt's heuristic offers %d here", gemm_shape_text(key).c_str(),
-              place, found);
     g.found = found > 0;
-    if (g.found) g.algo = heur[place].algo;
+    if (g.found) g.algo = heur.algo;
     return g;
 }
 
-// From now on, each GEMM shape that `t` names runs the algorithm it names (plans made before are
-// dropped). Returns "" or, where `t` was timed elsewhere, what differs: its places in the
-// heuristic's list mean other algorithms on another GPU or cuBLASLt, or in another precision.
+// From now on each GEMM shape that `t` names runs the algorithm it names, taken from among the
+// kGemmAlgorithmsAsked the heuristic offers (what bench_gemm timed), and planned here, before
+// any GEMM runs; plans made before are dropped. Returns "" or why not: `t` was timed on another
+// GPU, cuBLASLt, workspace or precision, or names an algorithm the heuristic does not offer.
 inline std::string use_gemm_choices(const GemmChoices& t) {
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx().device));
+    Context& c = ctx();
+    if (c.capturing || c.live_graphs > 0) return "a CUDA graph holds the algorithms planned so far";
     const long version = (long)cublasLtGetVersion();
-    if (t.gpu != prop.name || t.cublaslt_version != version || t.precision != gemm_precision())
-        return "timed on " + t.gpu + " with cuBLASLt " + std::to_string(t.cublaslt_version) + " for " + t.precision +
-               "; this run has " + prop.name + ", cuBLASLt " + std::to_string(version) + ", " + gemm_precision() +
-               " (scripts/bench_gemm --write makes a table here)";
-    GemmPlans& p = gemm_plans();
-    for (auto& [key, g] : p.plans) destroy_gemm_descriptors(g);
-    p.plans.clear();
-    p.table = t.algorithm;
+    if (t.gpu != c.device_name || t.sms != c.num_sms || t.cublaslt_version != version || t.workspace != (long)c.lt_workspace_size ||
+        t.precision != gemm_precision())
+        return "timed on " + t.gpu + " (" + std::to_string(t.sms) + " SMs) with cuBLASLt " + std::to_string(t.cublaslt_version) + ", " +
+               std::to_string(t.workspace) + " bytes of workspace, " + t.precision + "; this run has " + c.device_name + " (" +
+               std::to_string(c.num_sms) + " SMs), cuBLASLt " + std::to_string(version) + ", " + std::to_string(c.lt_workspace_size) +
+               ", " + gemm_precision() + " (scripts/bench_gemm --write makes a table here)";
+    std::map<GemmKey, GemmPlan> chosen;
+    auto drop = [](std::map<GemmKey, GemmPlan>& plans) {
+        for (auto& [key, g] : plans) destroy_gemm_descriptors(g);
+        plans.clear();
+    };
+    for (const auto& [shape, algorithm] : t.algorithm) {
+        const GemmKey key = gemm_key_of(shape);
+        GemmPlan g;
+        std::vector<cublasLtMatmulHeuristicResult_t> heur(kGemmAlgorithmsAsked);
+        heur.resize(make_gemm_descriptors(key, g, kGemmAlgorithmsAsked, heur.data()));
+        g.found = false;
+        for (const cublasLtMatmulHeuristicResult_t& h : heur)
+            if (!g.found && h.state == CUBLAS_STATUS_SUCCESS && gemm_algorithm_text(h.algo) == algorithm) g.algo = h.algo, g.found = true;
+        chosen.emplace(key, g);
+        if (!g.found) {
+            drop(chosen);
+            return "GEMM " + shape + ": algorithm " + algorithm + " is not among the " + std::to_string(heur.size()) +
+                   " cuBLASLt offers here";
+        }
+    }
+    drop(gemm_plans());
+    gemm_plans() = std::move(chosen);
     return "";
 }
 
@@ -175,7 +217,7 @@ inline std::string use_gemm_choices(const GemmChoices& t) {
 // queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT and BIAS.
 inline bool gemm_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
                     int lda, int ldb, int ldd, float beta, const GemmEpilogue& epilogue = {}) {
-    std::map<GemmKey, GemmPlan>& plans = gemm_plans().plans;
+    std::map<GemmKey, GemmPlan>& plans = gemm_plans();
     const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue.kind, gemm_alignment(lda, ldb, ldd, {a, b, d})};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_gemm_plan(key)).first;
