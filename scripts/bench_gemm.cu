@@ -136,26 +136,40 @@ std::vector<Timed> time_algorithms(const GemmCall& call, int algorithms) {
     return timed;
 }
 
-// The candidate build's fc bias gradient (kernels/cuda/matmul.cuh): from the fc projection's DGELU
-// GEMM (DGELU_BGRAD), so that fc's dweight GEMM runs without BGRADB; against the default build's
-// DGELU, then BGRADB in the dweight GEMM. Each with the heuristic's first algorithm, as the trainer.
-void compare_fc_bias_gradient(const Model& m) {
+// Where each bias gradient of the step is best taken, each GEMM with the heuristic's first
+// algorithm, as the trainer runs it: BGRADB in the dweight GEMM (the default build's, while the
+// gradient holds zeros; cuBLASLt reads dout again in a kernel of its own) against the plain
+// dweight GEMM and the trainer's column sums (column_sums_add, as at later micro-steps); and, for
+// fc, the candidate build's DGELU_BGRAD in the fc projection's dinp GEMM against its DGELU.
+void compare_bias_gradients(const Model& m) {
     const int N = m.B * m.T, C = m.C, H = 4 * m.C;
-    auto first_ms = [](const GemmCall& call) {
-        const std::vector<Timed> timed = time_algorithms(call, 1);
+    const char* name = m.name.c_str();
+    auto first_ms = [](const gpu::GemmKey& key, float beta) {
+        const std::vector<Timed> timed = time_algorithms({"", key, beta, 1}, 1);
         return timed.empty() ? -1.0f : timed[0].ms;
     };
-    const float dgelu = first_ms({"", {H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU, 16}, 0.0f, 1});
-    const float dgelu_bgrad = first_ms({"", {H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, 16}, 0.0f, 1});
-    const float dweight_bgradb = first_ms({"", {C, H, N, C, H, C, false, true, CUBLASLT_EPILOGUE_BGRADB, 16}, 1.0f, 1});
-    const float dweight_plain = first_ms({"", {C, H, N, C, H, C, false, true, CUBLASLT_EPILOGUE_DEFAULT, 16}, 1.0f, 1});
-    if (dgelu_bgrad < 0 || dgelu < 0 || dweight_bgradb < 0 || dweight_plain < 0) {
-        printf("gemm %s fc bias gradient: cuBLASLt has no algorithm for one of DGELU_BGRAD, DGELU, BGRADB, plain\n", m.name.c_str());
+    struct Biased {
+        const char* layer;
+        int in, out;
+    };
+    for (const Biased& l : {Biased{"qkv", C, 3 * C}, Biased{"attention projection", C, C}, Biased{"fc", C, H}, Biased{"fc projection", H, C}}) {
+        const float bgradb = first_ms({l.in, l.out, N, l.in, l.out, l.in, false, true, CUBLASLT_EPILOGUE_BGRADB, 16}, 1.0f);
+        const float plain = first_ms({l.in, l.out, N, l.in, l.out, l.in, false, true, CUBLASLT_EPILOGUE_DEFAULT, 16}, 1.0f);
+        gpu::floatX* dout = random_device((size_t)N * l.out, 6);
+        gpu::floatX* dbias = random_device(l.out, 7);
+        const float sums = median_ms([&] { gpu::column_sums_add(dbias, dout, N, l.out); }, 10);
+        for (gpu::floatX* p : {dout, dbias}) CudaBackend::release(p);
+        printf("gemm %s %s bias gradient, a step: BGRADB dweight %.3f ms; plain dweight %.3f + column sums %.3f = %.3f ms\n", name,
+               l.layer, bgradb * m.L, plain * m.L, sums * m.L, (plain + sums) * m.L);
+    }
+    const float dgelu = first_ms({H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU, 16}, 0.0f);
+    const float dgelu_bgrad = first_ms({H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, 16}, 0.0f);
+    if (dgelu_bgrad < 0 || dgelu < 0) {
+        printf("gemm %s fc bias gradient from the DGELU GEMM: cuBLASLt has no algorithm for DGELU_BGRAD or DGELU\n", name);
         return;
     }
-    printf("gemm %s fc bias gradient, a step: DGELU_BGRAD %.3f + plain dweight %.3f = %.2f ms (candidate build); DGELU %.3f + "
-           "BGRADB dweight %.3f = %.2f ms (default)\n", m.name.c_str(), dgelu_bgrad, dweight_plain,
-           (dgelu_bgrad + dweight_plain) * m.L, dgelu, dweight_bgradb, (dgelu + dweight_bgradb) * m.L);
+    printf("gemm %s fc bias gradient from the DGELU GEMM (candidate build), a step: DGELU_BGRAD %.3f ms against DGELU %.3f ms "
+           "(then fc's dweight as plain above)\n", name, dgelu_bgrad * m.L, dgelu * m.L);
 }
 
 // A table's algorithm for a shape must beat the heuristic's first by this much: a gain inside the
@@ -190,7 +204,7 @@ void bench_model(const Model& m, bool accumulate, GemmChoices* table) {
     }
     printf("gemm %s B=%d T=%d: the step's GEMMs take %.2f ms (%.0f TFLOP/s) with the trainer's algorithms, %.2f ms with the "
            "fastest of each\n", m.name.c_str(), m.B, m.T, used_step, tflops(flop_step, (float)used_step), fastest_step);
-    compare_fc_bias_gradient(m);
+    compare_bias_gradients(m);
 }
 
 [[noreturn]] void usage(const std::string& why) {
