@@ -5,9 +5,10 @@
 // fastest of each as a table for train_gpt --gemm-algos (kernels/gemm_choices.h): timing inside a
 // run could choose differently each run, a table chooses alike in every run that reads it.
 // Shapes and epilogues as the model calls them, this build's (bf16; KERNELS=candidate takes fc's
-// bias gradient from the DGELU GEMM): d12 B=64 and d48 B=16 at T=1024, or the -e/-b/-t given, one
-// micro-batch a step (BGRADB writes the bias gradients); --accumulate adds the GEMMs of the later
-// micro-steps of a step (-d: the bias gradients are added, not written).
+// bias gradient from the DGELU GEMM and the others from column sums, not BGRADB): d12 B=64 and d48
+// B=16 at T=1024, or the -e/-b/-t given, one micro-batch a step (BGRADB writes the bias
+// gradients); --accumulate adds the GEMMs of the later micro-steps of a step (-d: the bias
+// gradients are added, not written).
 // Built by kernels/cuda.mk (scripts/bench_gemm), run by scripts/bench_gpu.sh.
 //   bench_gemm [-e MODEL -b B [-t T]] [--accumulate] [--write FILE]
 //   (MODEL as train_gpt -e takes it; kGemmAlgorithmsAsked algorithms asked of the heuristic a GEMM)
@@ -52,7 +53,8 @@ void add_linear(std::vector<GemmCall>& out, const char* layer, int N, int C, int
     const cublasLtEpilogue_t fwd = gelu_after ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     // the candidate build's fc bias gradient comes from the fc projection's DGELU GEMM
     const cublasLtEpilogue_t dinp = !gelu_before ? CUBLASLT_EPILOGUE_DEFAULT : candidate ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-    const cublasLtEpilogue_t dw = bias && !(candidate && gelu_after) ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    // the candidate build's bias gradients come from DGELU_BGRAD and the column sums, never BGRADB
+    const cublasLtEpilogue_t dw = bias && !candidate ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     const gpu::GemmKey fwd_key{OC, N, C, C, C, OC, true, false, fwd, 16}, dinp_key{C, N, OC, C, OC, C, false, false, dinp, 16},
         dw_key{C, OC, N, C, OC, C, false, true, dw, 16};
     out.push_back({std::string(layer) + " forward", fwd_key, 0.0f, calls});
