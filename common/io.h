@@ -49,6 +49,16 @@ inline void read_exact(void* buf, size_t bytes, FILE* f, const std::string& path
         fatal(1, "%s: truncated while reading %s (%zu bytes expected)", path.c_str(), what, bytes);
 }
 
+// a whole number in [lo, hi] written in decimal (strtol's syntax, nothing after it) into *out, or false
+inline bool parse_whole_number(const std::string& v, long lo, long hi, long* out) {
+    char* end = nullptr;
+    errno = 0;
+    const long x = strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) return false;
+    *out = x;
+    return true;
+}
+
 // whether `count` items of `item_bytes` each fit in `bytes`, for any count (no product overflows)
 inline bool fits_in(uint64_t count, size_t item_bytes, size_t bytes) { return count <= bytes / item_bytes; }
 

@@ -20,7 +20,6 @@
 #pragma once
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -65,21 +64,8 @@ inline std::string format_gemm_choices(const GemmChoices& t) {
     return s.str();
 }
 
-namespace gemm_choices_detail {
-// a whole number in [lo, hi] written in decimal, or false
-inline bool parse_int(const std::string& v, long lo, long hi, long* out) {
-    char* end = nullptr;
-    errno = 0;
-    const long x = strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) return false;
-    *out = x;
-    return true;
-}
-}  // namespace gemm_choices_detail
-
 // The table in `text`, or "" into *error: the line and what was expected there.
 inline GemmChoices parse_gemm_choices(const std::string& text, std::string* error) {
-    using gemm_choices_detail::parse_int;
     GemmChoices t;
     std::istringstream lines(text);
     std::string line;
@@ -101,11 +87,11 @@ inline GemmChoices parse_gemm_choices(const std::string& text, std::string* erro
             if (rest.empty()) return fail("gpu without a name");
             t.gpu = rest;
         } else if (item == "sms") {
-            if (!parse_int(rest, 1, INT_MAX, &t.sms)) return fail("expected the GPU's multiprocessor count, not '" + rest + "'");
+            if (!parse_whole_number(rest, 1, INT_MAX, &t.sms)) return fail("expected the GPU's multiprocessor count, not '" + rest + "'");
         } else if (item == "cublaslt") {
-            if (!parse_int(rest, 1, LONG_MAX, &t.cublaslt_version)) return fail("expected cuBLASLt's version number, not '" + rest + "'");
+            if (!parse_whole_number(rest, 1, LONG_MAX, &t.cublaslt_version)) return fail("expected cuBLASLt's version number, not '" + rest + "'");
         } else if (item == "workspace") {
-            if (!parse_int(rest, 0, LONG_MAX, &t.workspace)) return fail("expected the workspace's bytes, not '" + rest + "'");
+            if (!parse_whole_number(rest, 0, LONG_MAX, &t.workspace)) return fail("expected the workspace's bytes, not '" + rest + "'");
         } else if (item == "precision") {
             if (rest != "bf16" && rest != "fp32") return fail("expected precision bf16 or fp32, not '" + rest + "'");
             t.precision = rest;
@@ -118,19 +104,19 @@ inline GemmChoices parse_gemm_choices(const std::string& text, std::string* erro
                             std::to_string(f.size()));
             long v[10];
             for (int i = 0; i < 6; i++)
-                if (!parse_int(f[i], 1, INT_MAX, &v[i])) return fail("expected a positive size, not '" + f[i] + "'");
+                if (!parse_whole_number(f[i], 1, INT_MAX, &v[i])) return fail("expected a positive size, not '" + f[i] + "'");
             for (int i = 6; i < 8; i++)
-                if (!parse_int(f[i], 0, 1, &v[i])) return fail("expected transa and transb 0 or 1, not '" + f[i] + "'");
+                if (!parse_whole_number(f[i], 0, 1, &v[i])) return fail("expected transa and transb 0 or 1, not '" + f[i] + "'");
             bool known = false;
             for (const char* name : kGemmEpilogueNames) known = known || f[8] == name;
             if (!known) return fail("unknown epilogue '" + f[8] + "'");
-            if (!parse_int(f[9], 1, 16, &v[9])) return fail("expected an alignment of 1 to 16 bytes, not '" + f[9] + "'");
+            if (!parse_whole_number(f[9], 1, 16, &v[9])) return fail("expected an alignment of 1 to 16 bytes, not '" + f[9] + "'");
             // the algorithm: its configuration numbers, written back without leading zeros or signs
             std::istringstream parts(f[10]);
             std::string part, algorithm;
             int count = 0;
             for (long x; std::getline(parts, part, ':'); count++) {
-                if (!parse_int(part, 0, UINT_MAX, &x)) break;
+                if (!parse_whole_number(part, 0, UINT_MAX, &x)) break;
                 algorithm += (count ? ":" : "") + std::to_string(x);
             }
             if (count != kGemmAlgorithmConfigs || f[10].back() == ':')

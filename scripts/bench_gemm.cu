@@ -41,6 +41,12 @@ struct GemmCall {
     bool later = false;  // a later micro-step's (--accumulate), not counted in the step's total
 };
 
+// gemm_lt's keys for a linear layer C -> OC over N rows, as kernels/cuda/matmul.cuh makes them:
+// the forward, dinp and dweight GEMMs
+gpu::GemmKey forward_key(int N, int C, int OC, cublasLtEpilogue_t e) { return {OC, N, C, C, C, OC, true, false, e, 16}; }
+gpu::GemmKey dinp_key(int N, int C, int OC, cublasLtEpilogue_t e) { return {C, N, OC, C, OC, C, false, false, e, 16}; }
+gpu::GemmKey dweight_key(int N, int C, int OC, cublasLtEpilogue_t e) { return {C, OC, N, C, OC, C, false, true, e, 16}; }
+
 // the calls of matmul_forward / matmul_gelu_forward / matmul_backward(_gelu) for a linear layer
 // C -> OC over N rows (kernels/cuda/matmul.cuh), epilogues as the bf16 build chooses them
 void add_linear(std::vector<GemmCall>& out, const char* layer, int N, int C, int OC, bool bias, bool gelu_after,
@@ -55,23 +61,15 @@ void add_linear(std::vector<GemmCall>& out, const char* layer, int N, int C, int
     const cublasLtEpilogue_t dinp = !gelu_before ? CUBLASLT_EPILOGUE_DEFAULT : candidate ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
     // the candidate build's bias gradients come from DGELU_BGRAD and the column sums, never BGRADB
     const cublasLtEpilogue_t dw = bias && !candidate ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
-    const gpu::GemmKey fwd_key{OC, N, C, C, C, OC, true, false, fwd, 16}, dinp_key{C, N, OC, C, OC, C, false, false, dinp, 16},
-        dw_key{C, OC, N, C, OC, C, false, true, dw, 16};
-    out.push_back({std::string(layer) + " forward", fwd_key, 0.0f, calls});
-    out.push_back({std::string(layer) + " dinp", dinp_key, 0.0f, calls});
-    out.push_back({std::string(layer) + " dweight", dw_key, 1.0f, calls});
+    out.push_back({std::string(layer) + " forward", forward_key(N, C, OC, fwd), 0.0f, calls});
+    out.push_back({std::string(layer) + " dinp", dinp_key(N, C, OC, dinp), 0.0f, calls});
+    out.push_back({std::string(layer) + " dweight", dweight_key(N, C, OC, dw), 1.0f, calls});
     if (!accumulate) return;
     // later micro-steps: the bias gradients hold sums already, so no epilogue writes one
-    if (dinp == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-        gpu::GemmKey k = dinp_key;
-        k.epilogue = CUBLASLT_EPILOGUE_DGELU;
-        out.push_back({std::string(layer) + " dinp, later", k, 0.0f, calls, true});
-    }
-    if (dw == CUBLASLT_EPILOGUE_BGRADB) {
-        gpu::GemmKey k = dw_key;
-        k.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-        out.push_back({std::string(layer) + " dweight, later", k, 1.0f, calls, true});
-    }
+    if (dinp == CUBLASLT_EPILOGUE_DGELU_BGRAD)
+        out.push_back({std::string(layer) + " dinp, later", dinp_key(N, C, OC, CUBLASLT_EPILOGUE_DGELU), 0.0f, calls, true});
+    if (dw == CUBLASLT_EPILOGUE_BGRADB)
+        out.push_back({std::string(layer) + " dweight, later", dweight_key(N, C, OC, CUBLASLT_EPILOGUE_DEFAULT), 1.0f, calls, true});
 }
 
 std::vector<GemmCall> step_gemms(const Model& m, bool accumulate) {
@@ -87,7 +85,6 @@ std::vector<GemmCall> step_gemms(const Model& m, bool accumulate) {
 
 // One algorithm of a GEMM and its time (negative: it failed to run)
 struct Timed {
-    cublasLtMatmulAlgo_t algo;
     std::string text;  // its configuration, as a --gemm-algos table names it
     float ms;
 };
@@ -110,9 +107,7 @@ std::vector<Timed> time_algorithms(const GemmCall& call, int algorithms) {
     gpu::floatX* b = random_device((size_t)k.k * k.n, 2);
     gpu::floatX* d = random_device((size_t)k.m * k.n, 3);
     gpu::floatX* bias = random_device((size_t)std::max(k.m, k.n), 4);
-    gpu::floatX* aux = k.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || k.epilogue == CUBLASLT_EPILOGUE_DGELU ||
-                               k.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD
-                           ? random_device((size_t)k.m * k.n, 5) : nullptr;
+    gpu::floatX* aux = gpu::epilogue_has_aux(k.epilogue) ? random_device((size_t)k.m * k.n, 5) : nullptr;
     if (k.epilogue != CUBLASLT_EPILOGUE_DEFAULT && k.epilogue != CUBLASLT_EPILOGUE_DGELU)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     if (aux != nullptr)
@@ -130,7 +125,7 @@ std::vector<Timed> time_algorithms(const GemmCall& call, int algorithms) {
             return cublasLtMatmul(c.lt, plan.desc, &alpha, a, plan.la, b, plan.lb, &call.beta, d, plan.ld, d, plan.ld,
                                   &h.algo, c.lt_workspace, c.lt_workspace_size, c.stream);
         };
-        timed.push_back({h.algo, text, run() == CUBLAS_STATUS_SUCCESS ? median_ms([&] { CUBLAS_CHECK(run()); }, 10) : -1.0f});
+        timed.push_back({text, run() == CUBLAS_STATUS_SUCCESS ? median_ms([&] { CUBLAS_CHECK(run()); }, 10) : -1.0f});
     }
     for (void* p : {(void*)a, (void*)b, (void*)d, (void*)bias, (void*)aux})
         if (p != nullptr) CudaBackend::release(p);
@@ -155,8 +150,8 @@ void compare_bias_gradients(const Model& m) {
         int in, out;
     };
     for (const Biased& l : {Biased{"qkv", C, 3 * C}, Biased{"attention projection", C, C}, Biased{"fc", C, H}, Biased{"fc projection", H, C}}) {
-        const float bgradb = first_ms({l.in, l.out, N, l.in, l.out, l.in, false, true, CUBLASLT_EPILOGUE_BGRADB, 16}, 1.0f);
-        const float plain = first_ms({l.in, l.out, N, l.in, l.out, l.in, false, true, CUBLASLT_EPILOGUE_DEFAULT, 16}, 1.0f);
+        const float bgradb = first_ms(dweight_key(N, l.in, l.out, CUBLASLT_EPILOGUE_BGRADB), 1.0f);
+        const float plain = first_ms(dweight_key(N, l.in, l.out, CUBLASLT_EPILOGUE_DEFAULT), 1.0f);
         gpu::floatX* dout = random_device((size_t)N * l.out, 6);
         gpu::floatX* dbias = random_device(l.out, 7);
         const float sums = median_ms([&] { gpu::column_sums_add(dbias, dout, N, l.out); }, 10);
@@ -164,8 +159,9 @@ void compare_bias_gradients(const Model& m) {
         printf("gemm %s %s bias gradient, a step: BGRADB dweight %.3f ms; plain dweight %.3f + column sums %.3f = %.3f ms\n", name,
                l.layer, bgradb * m.L, plain * m.L, sums * m.L, (plain + sums) * m.L);
     }
-    const float dgelu = first_ms({H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU, 16}, 0.0f);
-    const float dgelu_bgrad = first_ms({H, N, C, H, C, H, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, 16}, 0.0f);
+    // the fc projection (H -> C)'s dinp GEMM
+    const float dgelu = first_ms(dinp_key(N, H, C, CUBLASLT_EPILOGUE_DGELU), 0.0f);
+    const float dgelu_bgrad = first_ms(dinp_key(N, H, C, CUBLASLT_EPILOGUE_DGELU_BGRAD), 0.0f);
     if (dgelu_bgrad < 0 || dgelu < 0) {
         printf("gemm %s fc bias gradient from the DGELU GEMM: cuBLASLt has no algorithm for DGELU_BGRAD or DGELU\n", name);
         return;
@@ -229,9 +225,8 @@ int main(int argc, char** argv) {
         const std::string v = argv[++i];
         if (a == "-e") desc = v;
         else if (a == "-b" || a == "-t") {
-            char* end = nullptr;
-            const long x = strtol(v.c_str(), &end, 10);
-            if (v.empty() || *end != '\0' || x < 1 || x > INT_MAX) usage(a + ": expected a whole number from 1, not '" + v + "'");
+            long x = 0;
+            if (!parse_whole_number(v, 1, INT_MAX, &x)) usage(a + ": expected a whole number from 1, not '" + v + "'");
             (a == "-b" ? B : T) = (int)x;
         }
         else if (a == "--write") write = v;

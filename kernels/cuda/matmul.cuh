@@ -69,6 +69,11 @@ struct GemmEpilogue {
     const void* aux = nullptr;  // m x n like D, leading dimension m
 };
 
+// the epilogues with a matrix beside D (GemmEpilogue::aux): the pre-GELU values
+inline bool epilogue_has_aux(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
 // the epilogues a --gemm-algos table can name, in kGemmEpilogueNames' order
 constexpr cublasLtEpilogue_t kGemmEpilogues[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
                                                  CUBLASLT_EPILOGUE_DGELU,   CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADB};
@@ -132,8 +137,7 @@ inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cubl
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
     if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue, sizeof(key.epilogue)));
-    if (key.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || key.epilogue == CUBLASLT_EPILOGUE_DGELU ||
-        key.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+    if (epilogue_has_aux(key.epilogue)) {
         const int64_t aux_ld = key.m;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
