@@ -66,13 +66,13 @@ candidate-build: | prerequisites-test
 endif
 endif
 GTEST_MAIN = -lgtest_main
-test/test_zero: GTEST_MAIN =
-test/test_zero: test/recording_comm.h
-test/%: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h test/tolerance.h | prerequisites-test
+test/test_zero test/fault_job: GTEST_MAIN =
+TEST_BINS += test/fault_job
+test/%: test/%.cpp train_gpt.cu $(HEADERS) $(wildcard test/*.h) | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) $(OMPFLAGS) -I. $< -o $@ $(BLAS_LIBS) -lgtest $(GTEST_MAIN) -lpthread
 
 # the op and model tests once more on the plain-loop matmul that NO_BLAS=1 builds use
-test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) test/test_util.h test/tolerance.h | prerequisites-test
+test/%_noblas: test/%.cpp train_gpt.cu $(HEADERS) $(wildcard test/*.h) | prerequisites-test
 	$(MPICXX) $(CXXFLAGS) -DNO_BLAS $(OMPFLAGS) -I. $< -o $@ -lgtest -lgtest_main -lpthread
 TEST_BINS += test/test_ops_noblas test/test_model_noblas
 
@@ -104,4 +104,4 @@ gpu-rehearsal:
 
 clean:
 	rm -rf build
-	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/quantize_rows test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32
+	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/quantize_rows test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32 test/fault_job

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/io.h"
+#include "common/watchdog.h"
 #include "data/checkpoint.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
@@ -288,6 +289,7 @@ struct TrainConfig {
     int resume = 0;
     float skip_loss_z = 0.0f, skip_grad_z = 0.0f;  // 0: off
     int nonfinite_limit = 5;    // non-finite steps in a row that stop the run
+    float collective_timeout = 600.0f;  // seconds a rank waits for the others before the job ends (0: forever)
     int shuffle = 1;
     int zero_stage = 0;
     std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
@@ -346,6 +348,7 @@ static const Flag kFlags[] = {
     {"-sl", "--skip-loss-z", 'f', FIELD(skip_loss_z), 0, 1e9, "skip the update when the loss z-score (128 steps) exceeds this (0: off)"},
     {"-sg", "--skip-grad-z", 'f', FIELD(skip_grad_z), 0, 1e9, "skip the update when the grad-norm z-score exceeds this (0: off)"},
     {"", "--nonfinite-limit", 'i', FIELD(nonfinite_limit), 1, 1e9, "stop (exit code 3) after N steps in a row whose loss or grad norm is not finite"},
+    {"", "--collective-timeout", 'f', FIELD(collective_timeout), 0, 1e7, "seconds a rank waits for the others (a collective, or GPU work behind one) before it ends the job saying why (0: forever)"},
     {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
     {"-m", "--val-steps", 'i', FIELD(val_steps), -1, 1e9, "validation batches per evaluation (0 or -1: the whole split)"},
     {"-h", "--hellaswag", 'i', FIELD(hellaswag), 0, 1, "1: HellaSwag accuracy every -v steps and at the end"},
@@ -669,6 +672,23 @@ inline int default_warmup(bool from_random, float beta2) {
     return from_random ? (int)lround(2.0 / (1.0 - (double)beta2)) : 0;
 }
 
+// -y 1: the step of rank 0's latest complete checkpoint in -o (0: none, or not resuming), for
+// every rank, so that no rank starts from other weights than the rest. Every rank then checks it
+// can read that checkpoint: with -o on a disk of each node's own, the others would not see what
+// rank 0 wrote. A collective.
+inline int agreed_resume_step(Communicator& comm, const TrainConfig& cfg) {
+    int step = comm.rank() == 0 && cfg.resume ? latest_checkpoint(cfg.output_dir) : 0;
+    comm.broadcast_host(&step, sizeof(step), 0);
+    for (const char* kind : {"model", "state"}) {
+        const std::string path = checkpoint_path(cfg.output_dir, kind, step);
+        if (step > 0 && access(path.c_str(), R_OK) != 0)
+            fatal(1, "-y 1: rank %d on %s cannot read %s (%s), the checkpoint of step %d that rank 0 resumes from; -y 1 needs the output "
+                     "directory (-o) on a file system every rank reads",
+                  comm.rank(), host_name().c_str(), path.c_str(), strerror(errno), step);
+    }
+    return step;
+}
+
 // ----------------------------------------------------------------------------
 // memory: what a rank allocates, made by the same calls in the run and in its plan
 
@@ -735,6 +755,7 @@ struct Run {
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
     int shard_group = 1;  // ranks per shard group (the world without --shard-group)
+    Communicator::NodeRanks node;  // how the ranks sit on nodes
     size_t gemm_table_shapes = 0;  // GEMM shapes whose algorithm the --gemm-algos table names
     long total_batch = 0;
     std::unique_ptr<DataLoader> train_data, val_data;
@@ -759,6 +780,9 @@ struct Run {
     Run(const TrainConfig& flags, Communicator& c)
         : cfg(flags), comm(c), rank(c.rank()), world(c.world()), prints_run(c.rank() == 0 && !flags.quiet), B(flags.B), T(flags.T),
           sample_rng((uint64_t)flags.seed * 2654435761u + 1), nonfinite(flags.nonfinite_limit) {
+        watchdog().set_timeout(cfg.collective_timeout);
+        watchdog().set_rank(rank);
+        watchdog().set_activity("the run's start");
         if (cfg.num_processes > 0 && cfg.num_processes != world) fatal(2, "-pn %d: mpirun started %d rank(s)", cfg.num_processes, world);
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
         const std::string& dir = cfg.output_dir;
@@ -768,7 +792,7 @@ struct Run {
             remove_partial_writes(dir);
         }
         std::vector<float> init;
-        resume_step = cfg.resume ? latest_checkpoint(dir) : 0;
+        resume_step = agreed_resume_step(comm, cfg);
         if (cfg.resume && resume_step == 0 && prints_run) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
         const bool from_random = config_from_descriptor(cfg.init, &mc);
         const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
@@ -777,9 +801,9 @@ struct Run {
         // the shard group the plan and zero/ take: --shard-group's where it can be done (else the
         // error is said once the ranks agree on the flags, below); every rank asks for its node,
         // whatever its flags, so that none waits in that collective alone
-        const int node_ranks = comm.ranks_per_node();
-        const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
-        shard_group = flags_error.empty() ? shard_group_ranks(cfg, world, node_ranks) : world;
+        node = comm.node_ranks();
+        const std::string flags_error = zero_flags_error(cfg, world, node.per_node);
+        shard_group = flags_error.empty() ? shard_group_ranks(cfg, world, node.per_node) : world;
         size_memory();  // before the model's parameters take their memory
         init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
@@ -847,7 +871,7 @@ private:
     void size_memory() {
         check_offload_flags(cfg, Backend::has_master_weights);
         const Planner plan = plan_memory<Backend>;
-        const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, true);
+        const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, ranks_sharing_memory());
         RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         if (B == kAutoBatch) {  // the largest B that fits every rank
             shape.B = min_over_ranks(comm, auto_micro_batch(plan, shape, budget, cfg.total_batch));
@@ -863,6 +887,14 @@ private:
         const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
         if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
         if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
+    }
+
+    // How many of the run's ranks share this rank's memory: on a GPU the ranks whose GPU is this
+    // rank's (by the GPUs' ids, however many devices each rank sees), on the CPU backend the
+    // ranks of this node. A collective.
+    int ranks_sharing_memory() {
+        if constexpr (Backend::device_is_host) return node.here;
+        else return ranks_sharing_gpu(gather_everywhere(comm, Backend::device_uuid()), rank);
     }
 
     void restore_state(const std::string& path) {
@@ -909,6 +941,7 @@ inline bool every(int period, int step) { return period > 0 && step % period == 
 // all of them after the last update. They share no state with training.
 template <class Backend>
 void evaluate_when_due(Run<Backend>& run, int step, bool last) {
+    watchdog().set_activity("the evaluations after step " + std::to_string(step));
     const TrainConfig& cfg = run.cfg;
     GPT2<Backend>& model = *run.model;
     if (run.val_data && (every(cfg.val_every, step) || last)) {
@@ -1005,12 +1038,17 @@ inline std::string bytes_said(const CommCounters& c) {
     return line;
 }
 
+// The slowest disk a checkpoint is written to that the watchdog allows for (a network file
+// system under load): the other ranks wait for rank 0's write that much longer than the timeout.
+constexpr double kSlowestDiskBytesPerSecond = 25e6;
+
 // The checkpoint after `step` updates: model_N.bin (fp32 from an fp32 build, bf16 from a bf16
 // one, as llm.c), state_N.bin (state brings everything but the optimizer's arrays), then DONE_N,
 // then the checkpoint -nk/-nm retire. A collective; rank 0 gathers and writes every file, so
-// DONE follows the whole checkpoint, and the log reaches it first.
+// DONE follows the whole checkpoint, and the log reaches it first; the others wait for it.
 template <class Backend>
 void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
+    watchdog().set_activity("the checkpoint after step " + std::to_string(step));
     Zero<Backend>& zero = *run.zero;
     const bool root = run.rank == 0;
     if (run.log) fflush(run.log);
@@ -1025,14 +1063,17 @@ void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
     for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
     if (zero.has_master_weights()) state.master.resize(root ? params.size() : 0);
     zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
-    if (!root) return;
     const TrainConfig& cfg = run.cfg;
-    const std::string kept = checkpoint_kept(cfg.output_dir);  // said if a write fails
-    write_checkpoint(checkpoint_path(cfg.output_dir, "model", step), run.mc, params, checkpoint_version(sizeof(typename Backend::floatX)), kept);
-    write_state(checkpoint_path(cfg.output_dir, "state", step), state, kept);
-    write_done(cfg.output_dir, step, kept);
-    if (int old = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
-        remove_checkpoint(cfg.output_dir, old);
+    if (root) {
+        const std::string kept = checkpoint_kept(cfg.output_dir);  // said if a write fails
+        write_checkpoint(checkpoint_path(cfg.output_dir, "model", step), run.mc, params, checkpoint_version(sizeof(typename Backend::floatX)), kept);
+        write_state(checkpoint_path(cfg.output_dir, "state", step), state, kept);
+        write_done(cfg.output_dir, step, kept);
+        if (int old = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
+            remove_checkpoint(cfg.output_dir, old);
+    }
+    const double written = (double)params.size() * (sizeof(typename Backend::floatX) + (zero.has_master_weights() ? 12 : 8));
+    run.comm.barrier(written / kSlowestDiskBytesPerSecond);
 }
 
 // The story of a run, as llm.c tells it: for step 0..N, first what is due after `step` updates
@@ -1063,6 +1104,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         if (profiled) Backend::profiler_start();
         const auto start = std::chrono::steady_clock::now();
         run.zero->reset_traffic();  // count this step's training traffic only
+        watchdog().set_activity("step " + std::to_string(step + 1));
         const uint64_t launches_before = Backend::launches();
         records.push_back(train_step(run, step));
         Backend::synchronize();
@@ -1098,15 +1140,32 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
     return records;
 }
 
+// Where mpirun placed this process, as it tells it before MPI starts (OpenMPI's variables; a
+// process not started by mpirun is rank 0 of 1, alone on its node). Read only where MPI has not
+// started: --plan, which runs without it, and what is done before MPI_Init.
+struct LauncherPlace {
+    bool by_mpirun = false;
+    int rank = 0, world = 1, node_ranks = 1;
+};
+inline LauncherPlace launcher_place() {
+    auto number = [](const char* name, int otherwise) {
+        const char* v = getenv(name);
+        return v != nullptr && atoi(v) > 0 ? atoi(v) : otherwise;
+    };
+    return {getenv("OMPI_COMM_WORLD_SIZE") != nullptr, number("OMPI_COMM_WORLD_RANK", 0), number("OMPI_COMM_WORLD_SIZE", 1),
+            number("OMPI_COMM_WORLD_LOCAL_SIZE", 1)};
+}
+
 // --plan: the memory plan of the run the flags describe on -pn ranks (else as many as mpirun
 // started, else one), printed by rank 0 alone, without MPI, data or model memory. `device_seen`:
 // this backend's device is here to ask for its free memory (else --device-memory must say).
+// On a GPU it plans for a GPU per rank; on the CPU backend the ranks mpirun put on this node
+// share its memory (-pn's are elsewhere).
 template <class Backend>
 void print_memory_plan(TrainConfig cfg, bool device_seen) {
-    const char* rank_env = getenv("OMPI_COMM_WORLD_RANK");
-    if (rank_env != nullptr && atoi(rank_env) != 0) return;
-    const char* world_env = getenv("OMPI_COMM_WORLD_SIZE");
-    const int world = cfg.num_processes > 0 ? cfg.num_processes : world_env != nullptr && atoi(world_env) > 0 ? atoi(world_env) : 1;
+    const LauncherPlace place = launcher_place();
+    if (place.rank != 0) return;
+    const int world = cfg.num_processes > 0 ? cfg.num_processes : place.world;
     GPT2Config mc;
     const int resume_step = cfg.resume && !cfg.output_dir.empty() ? latest_checkpoint(cfg.output_dir) : 0;
     if (resume_step > 0) mc = checkpoint_config(checkpoint_path(cfg.output_dir, "model", resume_step));
@@ -1116,16 +1175,15 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     if (!device_seen && cfg.device_memory.empty())
         fatal(2, "--plan --device %s: no GPU here to ask for its free memory; give --device-memory (e.g. 80GiB)", cfg.device.c_str());
     const Planner plan = plan_memory<Backend>;
-    // ranks mpirun started share this node's memory as the run's would; -pn's are elsewhere
-    const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, cfg.num_processes == 0);
+    const int sharing = Backend::device_is_host && cfg.num_processes == 0 ? place.node_ranks : 1;
+    const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, sharing);
     // --shard-group node: the ranks mpirun put on this node (-pn's are elsewhere: not known)
     if (cfg.shard_group == "node" && cfg.num_processes > 0 && cfg.zero_stage > 0)
         fatal(2, "--plan -pn %d --shard-group node: the plan cannot see how many ranks each node will hold; give the group size (--shard-group N)",
               cfg.num_processes);
-    const int node_ranks = local_ranks();
-    const std::string flags_error = zero_flags_error(cfg, world, node_ranks);
+    const std::string flags_error = zero_flags_error(cfg, world, place.node_ranks);
     if (!flags_error.empty()) fatal(2, "%s", flags_error.c_str());
-    RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world, shard_group_ranks(cfg, world, node_ranks));
+    RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world, shard_group_ranks(cfg, world, place.node_ranks));
     if (cfg.B == kAutoBatch) {
         shape.B = std::max(1, auto_micro_batch(plan, shape, budget, cfg.total_batch));
         printf("-b auto: B=%d\n", shape.B);
@@ -1141,8 +1199,8 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
 // OpenMPI's mpirun binds a lone rank to one core, which would leave the other cores to idle: a rank alone
 // on its node takes them all back (and one thread per core unless OMP_NUM_THREADS says otherwise).
 static void use_all_cores_if_alone() {
-    const char* local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (local_size == nullptr || strcmp(local_size, "1") != 0) return;  // not mpirun's binding, or not alone
+    const LauncherPlace place = launcher_place();
+    if (!place.by_mpirun || place.node_ranks != 1) return;  // not mpirun's binding, or not alone
     cpu_set_t all;
     CPU_ZERO(&all);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1164,8 +1222,7 @@ int main(int argc, char** argv) {
     }
     if (cfg.device == "cuda" && !use_cuda) fatal(2, "--device cuda: no CUDA GPU is visible (%s)", no_cuda.c_str());
     // said once, by rank 0 (OpenMPI names it before MPI starts)
-    const char* rank_env = getenv("OMPI_COMM_WORLD_RANK");
-    if (cfg.device == "auto" && !use_cuda && !cfg.quiet && (rank_env == nullptr || strcmp(rank_env, "0") == 0))
+    if (cfg.device == "auto" && !use_cuda && !cfg.quiet && launcher_place().rank == 0)
         printf("no CUDA GPU visible (%s): using the CPU backend\n", no_cuda.c_str());
 #else
     if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
@@ -1213,6 +1270,7 @@ int main(int argc, char** argv) {
             MPI_Comm_free(&node);
             if (nccl) {
                 NcclComm comm(MPI_COMM_WORLD, gpu::stream());
+                comm.warm_up();  // before the run reads what memory is free
                 status = exit_status(train<CudaBackend>(cfg, comm));
             } else {
                 MpiComm comm(MPI_COMM_WORLD, CudaBackend::to_host, CudaBackend::from_host);

@@ -30,6 +30,13 @@ inline void (*g_fatal_hook)(int code) = nullptr;
     exit(code);
 }
 
+// this machine's name, for messages that say where a rank runs
+inline std::string host_name() {
+    char host[256] = {0};
+    if (gethostname(host, sizeof(host) - 1) != 0) return "an unnamed host";
+    return host;
+}
+
 inline FILE* open_file(const std::string& path, const char* mode) {
     FILE* f = fopen(path.c_str(), mode);
     if (f == nullptr) fatal(1, "cannot open %s (mode %s)", path.c_str(), mode);

@@ -79,13 +79,13 @@ struct CudaBackend {
     static void release(void* p) { CUDA_CHECK(cudaFree(p)); }
     static void to_host(void* dst, const void* src, size_t bytes) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu::stream()));
-        CUDA_CHECK(cudaStreamSynchronize(gpu::stream()));
+        gpu::wait_for_stream(gpu::stream());
     }
     // Waits until the copy is done: CUDA promises nothing about when a copy from pageable memory
     // has read it (on unified-memory systems it may read it late), and callers free or reuse src.
     static void from_host(void* dst, const void* src, size_t bytes) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu::stream()));
-        CUDA_CHECK(cudaStreamSynchronize(gpu::stream()));
+        gpu::wait_for_stream(gpu::stream());
     }
     // the same for the small uploads of every micro-step (the batch), without waiting for the GPU:
     // src is copied into pinned memory at once and uploaded from there in stream order
@@ -101,7 +101,7 @@ struct CudaBackend {
         if (width == 0 || rows == 0) return;
         CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, gpu::stream()));
     }
-    static void synchronize() { CUDA_CHECK(cudaStreamSynchronize(gpu::stream())); }
+    static void synchronize() { gpu::wait_for_stream(gpu::stream()); }
     // kernels, cuBLASLt matmuls and CUDA graphs queued since init (a graph's own kernels not counted)
     static uint64_t launches() { return gpu::ctx().launches; }
     using CapturedWork = gpu::CapturedWork;
@@ -275,22 +275,19 @@ struct CudaBackend {
         CUDA_CHECK(cudaMemGetInfo(&free, &total));
         return free;
     }
-    // bytes free on the GPU before this process allocated any: as init() found them, the context
-    // made; before init(), now
-    static size_t device_memory_free_at_start() {
-        const gpu::Context& c = gpu::context_raw();
-        return c.ready ? c.free_at_init : device_memory_free();
+    // Bytes free on the GPU for a run's planned buffers: what is free now (after the CUDA context
+    // and NCCL's communicators took theirs), plus what this backend already holds of what the plan
+    // counts (the context's buffers, a scratch reserved by an earlier run in this process)
+    static size_t device_memory_free_for_run() {
+        if (!gpu::context_raw().ready) return device_memory_free();
+        const BackendMemory held = memory();
+        return device_memory_free() + held.context + held.kernel_scratch;
     }
     // bytes the GPU has lost since init() made the context: what this process allocated, the
     // kernels loaded since and what the libraries took (and any other process's allocations)
     static size_t device_memory_taken() {
         const size_t before = gpu::ctx().free_at_init, now = device_memory_free();
         return before > now ? before - now : 0;
-    }
-    static int device_count() {
-        int n = 0;
-        CUDA_CHECK(cudaGetDeviceCount(&n));
-        return n;
     }
 
     // What the backend holds besides the model's and zero/'s buffers (kernels/backend_memory.h):

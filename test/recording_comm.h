@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "../zero/comm.h"
+#include "forwarding_comm.h"
 
-class RecordingComm : public Communicator {
+class RecordingComm : public ForwardingComm {
 public:
     enum class What { Start, Wait, ParamsWanted, GradsDone, GradsToHost };
     enum class Op { AllReduce, ReduceScatter, AllGather, AllToAll };
@@ -30,10 +30,7 @@ public:
         bool gathers() const { return what == What::Start && op == Op::AllGather; }
     };
 
-    explicit RecordingComm(Communicator& inner) : inner_(inner), shared_(std::make_shared<Shared>()) {
-        rank_ = inner.rank();
-        world_ = inner.world();
-    }
+    explicit RecordingComm(Communicator& inner) : ForwardingComm(inner), shared_(std::make_shared<Shared>()) {}
     const std::vector<Entry>& log() const { return shared_->log; }
 
     // What the log shows against the design (zero/zero.h): a collective started while one in
@@ -64,28 +61,19 @@ public:
         return out;
     }
 
-    double all_reduce_host(double x) override { return inner_.all_reduce_host(x); }
-    void barrier() override { inner_.barrier(); }
-    void gather_host(const void* send, void* recv, size_t bytes, int root) override { inner_.gather_host(send, recv, bytes, root); }
-    [[noreturn]] void abort(int code) override {
-        inner_.abort(code);
-        exit(code);  // not reached; the compiler does not see it through the virtual call
-    }
     std::unique_ptr<Communicator> split(int first, int count, int stride) override {
-        std::unique_ptr<Communicator> inner = inner_.split(first, count, stride);
-        auto sub = std::make_unique<RecordingComm>(*inner);
-        sub->owned_inner_ = std::move(inner);
+        auto sub = owning<RecordingComm>(inner_.split(first, count, stride));
         sub->shared_ = shared_;
         sub->link_ = ++shared_->links;
         return sub;
     }
-    int ranks_per_node() override { return inner_.ranks_per_node(); }
     void wait(Ticket ticket) override {
         if (ticket == 0) return;  // finished when it started (zero/comm.h)
         inner_.wait(shared_->inner_tickets.at(ticket - 1));
         append({What::Wait, -1, ticket});
     }
     void note(Event event, int group) override {
+        inner_.note(event, group);
         if (event == Event::NextCollectiveMoves) serves_ = group;
         else append({event == Event::ParamsWanted ? What::ParamsWanted : event == Event::GradsDone ? What::GradsDone : What::GradsToHost, group});
     }
@@ -107,7 +95,6 @@ protected:
         const size_t bytes = world_ * n * dtype_size(t);
         return record(Op::AllToAll, n, t, send, bytes, recv, bytes, inner_.all_to_all_async(send, recv, n, t));
     }
-    void do_broadcast_host(void* buf, size_t bytes, int root) override { inner_.broadcast_host(buf, bytes, root); }
 
 private:
     // every start gets a ticket of its own, also where the inner one finished at once (ticket 0),
@@ -133,8 +120,6 @@ private:
         std::vector<Ticket> inner_tickets;  // by our ticket - 1
         int links = 0;                      // split() communicators made so far
     };
-    Communicator& inner_;
-    std::unique_ptr<Communicator> owned_inner_;  // when made by split()
     std::shared_ptr<Shared> shared_;
     int link_ = 0;
     int serves_ = -1;  // the group the next collective serves, as last noted

@@ -47,5 +47,34 @@ wait $job
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "killed rank: exit code $rc (124 means it hung)"
 [ $((SECONDS - start)) -le 30 ] || fail "killed rank: the job took $((SECONDS - start)) s to end"
+# 4. -y 1 where the ranks' output directories differ (-o on each node's own disk; here each rank
+#    runs in a directory of its own and -o is relative): rank 0's latest checkpoint is the one
+#    resumed, by every rank or by none; a rank that cannot read it stops the job, before training,
+#    with one line naming the rank, its host and the file
+dir=$(mktemp -d)
+tg=$PWD/train_gpt
+DATA=(-i "$PWD/data/tinyshakespeare/tiny_shakespeare_train.bin" -j "$PWD/data/tinyshakespeare/tiny_shakespeare_val.bin")
+RESUME=(-e L=1,NH=2,C=32 -b 2 -t 16 -v 0 -s 0 "${DATA[@]}" -o out -n 3)
+mkdir -p "$dir/a" "$dir/b" "$dir/c" "$dir/shared"
+(cd "$dir/a" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 6 >"$out" 2>&1) || fail "the 2-rank run to resume from exited $?"
+(cd "$dir/c" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 3 >"$out" 2>&1) || fail "the older 2-rank run exited $?"
+cp -r "$dir/a/out" "$dir/shared/out"
+for other in b c; do  # rank 1's -o: empty, or holding an older checkpoint (step 3)
+    timeout 60 mpirun -np 1 --wdir "$dir/shared" "$tg" "${RESUME[@]}" -x 8 -y 1 : -np 1 --wdir "$dir/$other" "$tg" "${RESUME[@]}" -x 8 -y 1 >"$out" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "-y 1, rank 1's -o in $other: exit code $rc (124 means it hung)"
+    grep -q "^error: -y 1: rank 1 on [^ ]* cannot read out/model_00000006.bin (No such file or directory), the checkpoint of step 6 that rank 0 resumes from; -y 1 needs the output directory (-o) on a file system every rank reads$" "$out" ||
+        fail "-y 1, rank 1's -o in $other: no line naming rank 1 and the checkpoint it cannot read"
+    grep -q "^step " "$out" && fail "-y 1, rank 1's -o in $other: trained before stopping"
+done
+# the same directory seen by both (a shared file system): both resume at step 6, as one run would
+ln -s "$dir/shared/out" "$dir/b/out"
+timeout 60 mpirun -np 1 --wdir "$dir/shared" "$tg" "${RESUME[@]}" -x 8 -y 1 : -np 1 --wdir "$dir/b" "$tg" "${RESUME[@]}" -x 8 -y 1 >"$out" 2>&1 ||
+    fail "-y 1 from a shared -o exited $?"
+grep -q "^resuming from step 6 of out" "$out" && grep -q "^step    8/8" "$out" || fail "-y 1 from a shared -o: did not resume at step 6"
+(cd "$dir/a" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 8 -y 1 >"$out" 2>&1) || fail "-y 1 in one directory exited $?"
+cmp -s "$dir/a/out/model_00000008.bin" "$dir/shared/out/model_00000008.bin" || fail "-y 1 from a shared -o: a model other than one directory's resume"
+rm -rf "$dir"
+
 rm -f "$out"
-echo "ok: mismatch, missing data and a killed rank all end the job"
+echo "ok: mismatch, missing data, a killed rank and ranks that cannot read rank 0's checkpoint all end the job"

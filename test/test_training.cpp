@@ -167,6 +167,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--device", {"cpu", "cuda", "auto"}, {"tpu"}},
     {"", "--device-memory", {"80GiB", "24GB", "512MiB", "1.5TiB", "1073741824"}, {"0", "-1GiB", "80XB", "GiB", "x"}},
     {"", "--quiet", {"0", "1"}, {"-1", "2", "x"}},
+    {"", "--collective-timeout", {"0", "10000000"}, {"-1", "10000001", "x"}},
 };
 // listed in --help besides the rows above, taking no value: --help (so is -h without one), --plan
 const std::vector<std::string> kValuelessFlags = {"--help", "--plan"};
@@ -182,7 +183,7 @@ std::string describe(const TrainConfig& c) {
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
-      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit << '|' << c.device_memory << '|' << c.plan;
+      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit << '|' << c.device_memory << '|' << c.plan << '|' << c.collective_timeout;
     return s.str();
 }
 
@@ -306,6 +307,37 @@ double reference_z(const std::vector<double>& window) {
     mean /= window.size();
     for (double v : window) var += (v - mean) * (v - mean);
     return (double)((window.back() - mean) / std::sqrt(var / window.size()));
+}
+
+// The watchdog's wait: what finishes within the timeout (and a wait's allowance beyond it) is
+// waited for; what does not ends the process with one line naming the wait, the rank and the run's
+// activity. Death tests: the job's end is an exit.
+TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
+    Watchdog& w = watchdog();
+    const double timeout = w.timeout();
+    w.set_timeout(0.2);
+    w.set_rank(3);
+    w.set_activity("step 7");
+    const auto after = [](double seconds) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        return [until] { return std::chrono::steady_clock::now() >= until; };
+    };
+    int polled = 0;
+    w.wait([&] { return ++polled >= 3; }, [] { return std::string("a test"); });
+    EXPECT_EQ(polled, 3) << "done() is polled until it says so";
+    w.wait(after(0.4), [] { return std::string("a test"); }, 30.0);  // past the timeout, well within the allowance
+    EXPECT_EXIT(w.wait(after(60), [] { return std::string("the never-ending test"); }), ::testing::ExitedWithCode(1),
+                "error: rank 3 on [^ ]+: waited 0\\.[0-9] s for the never-ending test, during step 7, more than --collective-timeout 0\\.2 allows");
+    // a source's error ends the wait at once, aborting every source
+    bool aborted = false;
+    const int id = w.add_source({[] { return std::string("NCCL reported an error"); }, [] { return std::string("an all-gather"); },
+                                 [&] { aborted = true; }});
+    EXPECT_EXIT(w.wait(after(60), [] { return std::string("the GPU"); }, 1e9), ::testing::ExitedWithCode(1),
+                "error: rank 3 on [^ ]+: NCCL reported an error, after 0\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7");
+    w.remove_source(id);
+    EXPECT_FALSE(aborted) << "a death test's abort happens in its own process";
+    w.set_timeout(timeout);
+    w.set_activity("");
 }
 
 TEST(OutlierDetector, ZScoreOverTheLast128Values) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <tuple>
 
+#include "late_comm.h"
 #include "recording_comm.h"
 #include "test_util.h"
 
@@ -34,12 +35,22 @@ constexpr double kTol = 1e-4;
 #else
 constexpr double kTol = 2e-2;
 #endif
-MpiComm make_comm(MPI_Comm c) { return MpiComm(c, CudaBackend::to_host, CudaBackend::from_host); }
+constexpr MpiComm::CopyFn kToHost = CudaBackend::to_host, kFromHost = CudaBackend::from_host;
 #else
 using TestBackend = CpuBackend;
 constexpr double kTol = 1e-5;
-MpiComm make_comm(MPI_Comm c) { return MpiComm(c); }
+constexpr MpiComm::CopyFn kToHost = nullptr, kFromHost = nullptr;
 #endif
+
+// The communicator the tests train with: MPI (on the CUDA backend staged through host memory,
+// the ranks sharing a GPU), and with ZERO_TEST_COMM=late in the environment the same inside a
+// LateComm, whose collectives finish only when waited for (test/late_comm.h)
+std::unique_ptr<Communicator> make_comm(MPI_Comm c) {
+    auto mpi = std::make_unique<MpiComm>(c, kToHost, kFromHost);
+    const char* kind = getenv("ZERO_TEST_COMM");
+    if (kind == nullptr || strcmp(kind, "late") != 0) return mpi;
+    return ForwardingComm::owning<LateComm>(std::move(mpi), kToHost, kFromHost);
+}
 
 constexpr int kSteps = 10, kAccum = 2, kB = 2, kT = 8;
 // Sizes chosen so that N=3,4 need padding, and so that the embedding group (256x16 + 16x16)
@@ -86,7 +97,8 @@ TrainConfig config(int stage, int accum, int world) {
 const ReferenceRun& reference(int world) {
     static ReferenceRun run;
     if (run.records.empty()) {
-        MpiComm self = make_comm(MPI_COMM_SELF);
+        const std::unique_ptr<Communicator> self_owned = make_comm(MPI_COMM_SELF);
+        Communicator& self = *self_owned;
         run.records = train<TestBackend>(config(0, kAccum * world, 1), self, [&](int, Zero<TestBackend>& z) {
             run.params.emplace_back(z.plan().total());
             z.save(run.params.back().data());
@@ -136,7 +148,8 @@ int replicas_differ(const std::vector<float>& shard, int N) {
 // `stage` on this job's W ranks, sharded over groups of N ranks (N = W: plain ZeRO; else W/N
 // replicas, --shard-group N), against single-rank training
 void expect_single_rank_training(int stage, int N) {
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     const int W = comm.world(), R = W / N, r = comm.rank() % N;
     const ReferenceRun& ref = reference(W);
     int bad_shards = 0, bad_counters = 0, bad_memory = 0, prefetch_misses = 0, replicas_drift = 0;
@@ -250,7 +263,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, HybridStage, ::testing::Values(1, 2, 3));
 // (accumulation doubled: the same sequences per step), at each stage 1-3: the checkpoint is
 // unsharded. Steps 4-6 and the final model match the uninterrupted 4-rank run.
 TEST(HybridResume, OnTwoRanksWithoutShardGroups) {
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     if (comm.world() != 4) GTEST_SKIP() << "needs 4 ranks";
     MPI_Comm two;
     MPI_Comm_split(MPI_COMM_WORLD, comm.rank() < 2 ? 0 : MPI_UNDEFINED, comm.rank(), &two);
@@ -268,7 +282,8 @@ TEST(HybridResume, OnTwoRanksWithoutShardGroups) {
         comm.barrier();  // every rank has read it before it is removed
         if (comm.rank() == 0) remove_checkpoint(cfg.output_dir, 6);
         if (comm.rank() < 2) {
-            MpiComm pair = make_comm(two);
+            const std::unique_ptr<Communicator> pair_owned = make_comm(two);
+            Communicator& pair = *pair_owned;
             TrainConfig resumed = config(stage, 2 * kAccum, 2);
             resumed.max_steps = 6;
             resumed.checkpoint_every = 3;
@@ -294,7 +309,8 @@ TEST(HybridResume, OnTwoRanksWithoutShardGroups) {
 // stage cuts its own shards from it. Steps 4-6 of the resumed run match the uninterrupted one.
 TEST_P(ZeroStage, ResumesAtAnotherStage) {
     const int stage = GetParam(), other = (stage + 1) % 4;
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     TrainConfig cfg = config(stage, kAccum, comm.world());
     cfg.max_steps = 6;
     cfg.checkpoint_every = 3;
@@ -325,7 +341,8 @@ TEST_P(ZeroStage, ResumesAtAnotherStage) {
 class OverlappedStage : public ::testing::TestWithParam<int> {};
 TEST_P(OverlappedStage, OverlappedReductionEqualsReductionAfterBackward) {
     const int stage = GetParam();
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     GPT2Config mc;
     config_from_descriptor(kModelDesc, &mc);
     const std::vector<float> init = random_init(mc, 3);
@@ -380,7 +397,8 @@ class Schedule : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
     const int stage = std::get<0>(GetParam()), kMicros = 2 * kAccum;
     const char* deep_model = "L=4,NH=2,C=16,V=200,maxT=16";
-    MpiComm mpi = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> mpi_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& mpi = *mpi_owned;
     RecordingComm comm(mpi);
     TrainConfig cfg = config(stage, kAccum, comm.world());
     cfg.init = deep_model;
@@ -505,7 +523,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, Schedule, ::testing::Combine(::testing::Values(
 // in the model, not in the rank's shard.
 TEST_P(ZeroStage, UpdateIsBitIdenticalToOneRank) {
     const int stage = GetParam();
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     GPT2Config mc;
     config_from_descriptor(kModelDesc, &mc);
     ParamLayout layout(mc);
@@ -530,7 +549,8 @@ TEST_P(ZeroStage, UpdateIsBitIdenticalToOneRank) {
         zero.save(params.data());
         return params;
     };
-    MpiComm self = make_comm(MPI_COMM_SELF);
+    const std::unique_ptr<Communicator> self_owned = make_comm(MPI_COMM_SELF);
+    Communicator& self = *self_owned;
     const std::vector<float> want = update(self, 0, true), got = update(comm, stage, comm.rank() == 0);
     int differ = memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0;
     EXPECT_EQ(failures_everywhere(differ), 0) << "stage " << stage << " on " << comm.world() << " rank(s) updates differently";
@@ -543,7 +563,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, OverlappedStage, ::testing::Values(0, 1));
 // unsharded state and the loader's position and shuffle order carry over. Steps 4-6 and the
 // final model match the uninterrupted N-rank run.
 TEST(Resume, AtAnotherRankCount) {
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     const int N = comm.world();
     TrainConfig cfg = config(1, kAccum, N);
     ASSERT_EQ(cfg.shuffle, 1);
@@ -557,7 +578,8 @@ TEST(Resume, AtAnotherRankCount) {
         GPT2Config c;
         const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
         remove_checkpoint(cfg.output_dir, 6);
-        MpiComm self = make_comm(MPI_COMM_SELF);
+        const std::unique_ptr<Communicator> self_owned = make_comm(MPI_COMM_SELF);
+        Communicator& self = *self_owned;
         TrainConfig one = config(0, kAccum * N, 1);
         one.max_steps = 6;
         one.checkpoint_every = 3;
@@ -608,7 +630,7 @@ uint64_t shard_elements(int chunks) {
     return S;
 }
 
-OffloadRun train_offload_case(MpiComm& comm, int stage, bool offload, const std::string& dir) {
+OffloadRun train_offload_case(Communicator& comm, int stage, bool offload, const std::string& dir) {
     TrainConfig cfg = config(stage, kAccum, comm.world());
     cfg.max_steps = kOffloadSteps;
     // a small lr keeps the gradient norm level, so that its z-score crosses 0.5 now and then
@@ -655,7 +677,8 @@ class OffloadStage : public ::testing::TestWithParam<int> {};
 
 TEST_P(OffloadStage, EqualsTrainingWithoutOffload) {
     const int stage = GetParam();
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     const std::string dir = g_data_dir + "/offload_" + std::to_string(stage);
     const OffloadRun plain = train_offload_case(comm, stage, false, dir), offloaded = train_offload_case(comm, stage, true, dir);
     int bad_records = plain.records.size() != offloaded.records.size(), bad_shards = 0;
@@ -684,7 +707,8 @@ TEST_P(OffloadStage, EqualsTrainingWithoutOffload) {
 // the final model and state are those of the uninterrupted run (bit for bit on the CPU).
 TEST_P(OffloadStage, ResumesAcrossOffload) {
     const int stage = GetParam();
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     for (const bool offload_first : {true, false}) {
         TrainConfig cfg = config(stage, kAccum, comm.world());
         cfg.max_steps = 6;
@@ -768,7 +792,8 @@ class Quantized : public ::testing::TestWithParam<QuantCase> {};
 // parameters, bit for bit (the dequantized gathers with --quantize-weights)
 TEST_P(Quantized, StaysInBandOfUnquantizedLossCurve) {
     const QuantCase c = GetParam();
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     if (comm.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
     const std::vector<StepRecord> plain = train<TestBackend>(quant_config({c.stage, false, false}, kBandSteps, comm.world()), comm);
     int drift = 0;
@@ -846,7 +871,8 @@ std::vector<size_t> tensor_pieces(const std::vector<TensorSlice>& group, int N, 
 // not quantize. The bytes per step train_gpt prints (Zero::traffic) are what was sent.
 TEST_P(Quantized, EachCollectiveMovesAtMostThreeTenthsOfTheBytes) {
     const QuantCase c = GetParam();
-    MpiComm mpi = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> mpi_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& mpi = *mpi_owned;
     if (mpi.world() == 1) GTEST_SKIP() << "one rank moves nothing to quantize";
     const int W = mpi.world(), N = W == 4 ? 2 : W, R = W / N;  // quant_config's shard groups
     const int group_link = N == W ? 0 : 1, across_link = N == W ? -1 : 2;
@@ -977,7 +1003,8 @@ constexpr bool kCompareBackendMemory = true;
 #endif
 TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
     using Tallying = TallyingBackend<TestBackend>;
-    MpiComm comm = make_comm(MPI_COMM_WORLD);
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
     const int N = comm.world(), r = comm.rank();
     std::vector<TrainConfig> cases;
     for (int stage = 0; stage <= 3; stage++)
@@ -1038,6 +1065,45 @@ TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
     }
     EXPECT_EQ(failures_everywhere(bad), 0);
     EXPECT_EQ(compared, 27);
+}
+
+// The memory budget is shared by the ranks whose GPU ids match, whatever each rank sees: under a
+// per-rank CUDA_VISIBLE_DEVICES every rank sees one device, and 8 ranks on 8 GPUs share nothing
+TEST(MemoryBudget, SharedByTheRanksOnTheSameGpu) {
+    auto gpu = [](unsigned char id) {
+        GpuUuid u{};
+        u[0] = 0x5a;
+        u[15] = id;
+        return u;
+    };
+    std::vector<GpuUuid> eight;
+    for (unsigned char i = 0; i < 8; i++) eight.push_back(gpu(7 - i));
+    for (int r = 0; r < 8; r++) EXPECT_EQ(ranks_sharing_gpu(eight, r), 1) << "8 ranks, 8 GPUs, rank " << r;
+    EXPECT_EQ(ranks_sharing_gpu({gpu(3), gpu(3)}, 0), 2) << "2 ranks on one GPU";
+    EXPECT_EQ(ranks_sharing_gpu({gpu(3), gpu(3)}, 1), 2);
+    const std::vector<GpuUuid> mixed = {gpu(0), gpu(1), gpu(0), gpu(0), gpu(2)};
+    EXPECT_EQ(ranks_sharing_gpu(mixed, 0), 3);
+    EXPECT_EQ(ranks_sharing_gpu(mixed, 1), 1);
+    EXPECT_EQ(ranks_sharing_gpu(mixed, 3), 3);
+    EXPECT_EQ(ranks_sharing_gpu(mixed, 4), 1);
+}
+
+// The ranks of a node are counted by MPI (its shared-memory split), not from OpenMPI's variables,
+// which other launchers (Slurm's srun) do not set: every rank of this job runs on this machine
+TEST(NodeRanks, CountedWithoutTheLaunchersVariables) {
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
+    const Communicator::NodeRanks node = comm.node_ranks();
+    EXPECT_EQ(node.here, comm.world());
+    EXPECT_EQ(node.per_node, comm.world());
+    // the CPU backend's budget: this machine's available memory, shared by them all
+    const MemoryBudget shared = memory_budget<CpuBackend>("", node.here), alone = memory_budget<CpuBackend>("", 1);
+    if (alone.bytes != SIZE_MAX) {  // known (Linux's /proc/meminfo)
+        EXPECT_NEAR((double)shared.bytes, (double)alone.bytes / comm.world(), 0.05 * alone.bytes / comm.world());
+        if (comm.world() > 1) EXPECT_NE(shared.source.find("shared by " + std::to_string(comm.world()) + " ranks"), std::string::npos) << shared.source;
+    }
 }
 
 // NCCL exactly when no two ranks of a node hold the same GPU, however many GPUs each one sees

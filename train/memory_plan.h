@@ -129,14 +129,14 @@ public:
         world_ = world;
     }
     double all_reduce_host(double) override { refuse(); }
-    void barrier() override { refuse(); }
+    void barrier(double) override { refuse(); }
     void gather_host(const void*, void*, size_t, int) override { refuse(); }
     [[noreturn]] void abort(int code) override { exit(code); }
     // hybrid sharding's groups: this rank's place among `count` ranks `stride` apart from `first`
     std::unique_ptr<Communicator> split(int first, int count, int stride) override {
         return std::make_unique<PlanComm>((rank_ - first) / stride, count);
     }
-    int ranks_per_node() override { refuse(); }
+    NodeRanks node_ranks() override { refuse(); }
 
 protected:
     Ticket start_all_reduce(void*, size_t, DType) override { refuse(); }
@@ -373,24 +373,15 @@ inline std::string auto_batch_words(const Planner& plan, RunShape shape, const M
 
 // the smallest value any rank has (a collective)
 inline int min_over_ranks(Communicator& comm, int mine) {
-    std::vector<int> all(comm.rank() == 0 ? comm.world() : 0);
-    comm.gather_host(&mine, all.data(), sizeof(int), 0);
-    if (comm.rank() == 0) mine = *std::min_element(all.begin(), all.end());
-    comm.broadcast_host(&mine, sizeof(int), 0);
-    return mine;
+    const std::vector<int> all = gather_everywhere(comm, mine);
+    return *std::min_element(all.begin(), all.end());
 }
 
-// ranks of this node, as mpirun says (1 without it)
-inline int local_ranks() {
-    const char* n = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    return n != nullptr && atoi(n) > 0 ? atoi(n) : 1;
-}
-
-// The memory each rank may use: `device_memory` (--device-memory) when given, else its device's
-// free memory (on the CPU backend the host's available memory), shared by the node's ranks on
-// that device when `shared`
+// The memory each rank may use: `device_memory` (--device-memory) when given, else what its
+// device has free for the run (on the CPU backend the host's available memory), divided among
+// the `sharing` ranks that use that device (or host)
 template <class Backend>
-MemoryBudget memory_budget(const std::string& device_memory, bool shared) {
+MemoryBudget memory_budget(const std::string& device_memory, int sharing) {
     MemoryBudget b;
     b.device_is_host = Backend::device_is_host;
     if (!device_memory.empty()) {
@@ -399,10 +390,8 @@ MemoryBudget memory_budget(const std::string& device_memory, bool shared) {
         return b;
     }
     size_t total = 0;
-    int sharing = 1;
     if constexpr (Backend::device_is_host) {
         total = host_memory_available();
-        sharing = local_ranks();
         b.source = "available host memory";
         if (total == 0) {  // not known (no /proc/meminfo): nothing is refused
             b.bytes = SIZE_MAX;
@@ -410,11 +399,10 @@ MemoryBudget memory_budget(const std::string& device_memory, bool shared) {
             return b;
         }
     } else {
-        total = Backend::device_memory_free_at_start();
-        sharing = (local_ranks() + Backend::device_count() - 1) / Backend::device_count();
+        total = Backend::device_memory_free_for_run();
         b.source = "free on the GPU";
     }
-    if (!shared) sharing = 1;
+    sharing = std::max(1, sharing);
     b.bytes = total / sharing;
     if (sharing > 1) b.source += ", shared by " + std::to_string(sharing) + " ranks";
     return b;

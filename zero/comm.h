@@ -7,6 +7,7 @@
 // all-to-all over n elements in total moves n.
 #pragma once
 #include <array>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,8 +63,9 @@ public:
     }
     // sum of a host scalar over ranks (losses, flags); not counted, it is a few bytes per step
     virtual double all_reduce_host(double x) = 0;
-    // returns once every rank has called it
-    virtual void barrier() = 0;
+    // returns once every rank has called it; `allowance`: seconds the wait may take beyond the
+    // watchdog's timeout (common/watchdog.h), where a rank is known to be busy for that long
+    virtual void barrier(double allowance = 0.0) = 0;
     // root receives every rank's `bytes` of host memory, rank-major (for checkpoints)
     virtual void gather_host(const void* send, void* recv, size_t bytes, int root) = 0;
     // stop every rank now, after this rank printed why
@@ -72,9 +74,16 @@ public:
     // this rank (a collective: every rank calls it, naming its own subset, and the subsets
     // partition the ranks). Its collectives count their bytes apart from this one's.
     virtual std::unique_ptr<Communicator> split(int first, int count, int stride) = 0;
-    // how many ranks mpirun put on this rank's node, when every node holds that many and they
-    // are consecutive ranks (mpirun's default placement); else 0. A collective.
-    virtual int ranks_per_node() = 0;
+    // How this communicator's ranks sit on nodes (machines): how many share this rank's node, and
+    // how many each node holds when every node holds as many and they are consecutive ranks
+    // (mpirun's default placement; else 0). A collective.
+    struct NodeRanks {
+        int here = 1, per_node = 1;
+    };
+    virtual NodeRanks node_ranks() = 0;
+    // what the messages call this communicator ("all ranks", "the shard group")
+    const std::string& label() const { return label_; }
+    virtual void set_label(std::string label) { label_ = std::move(label); }
 
     // ZeRO's schedule, told to a communicator that records it (test/recording_comm.h); the real
     // ones ignore it. ParamsWanted: the model asks for group g's parameters; GradsDone: group g's
@@ -92,7 +101,26 @@ protected:
     virtual void do_broadcast_host(void* buf, size_t bytes, int root) = 0;
     int rank_ = 0, world_ = 1;
     CommCounters counters_;
+    std::string label_ = "all ranks";
 };
+
+// "an all-gather of 1.50 MiB (group 7) among the shard group (4 rank(s))": a collective, in the words
+// of the watchdog's message (group < 0: not said)
+inline std::string collective_words(const std::string& kind, size_t bytes, int group, const Communicator& c) {
+    char s[256];
+    snprintf(s, sizeof(s), "%s of %.2f MiB%s among %s (%d rank(s))", kind.c_str(), bytes / 1048576.0,
+             group >= 0 ? (" (group " + std::to_string(group) + ")").c_str() : "", c.label().c_str(), c.world());
+    return s;
+}
+
+// every rank's `mine`, in rank order, on every rank (a collective; for a few bytes of host data)
+template <class T>
+std::vector<T> gather_everywhere(Communicator& comm, const T& mine) {
+    std::vector<T> all(comm.world());
+    comm.gather_host(&mine, all.data(), sizeof(T), 0);
+    comm.broadcast_host(all.data(), all.size() * sizeof(T), 0);
+    return all;
+}
 
 // NCCL or MPI for device buffers. NCCL needs every rank on a GPU of its own; ranks of a node
 // that share one must go through MPI, staged through host memory. Decided from the GPUs' ids
@@ -109,4 +137,11 @@ inline CommChoice choose_communicator(const std::vector<GpuUuid>& node_gpus) {
             if (node_gpus[a] == node_gpus[b])
                 return {false, "local ranks " + std::to_string(a) + " and " + std::to_string(b) + " share a GPU"};
     return {true, "each of the node's " + std::to_string(node_gpus.size()) + " rank(s) has a GPU of its own"};
+}
+// How many ranks share the GPU of rank `rank` (itself included), from every rank's GPU id: those
+// whose ids match, however many devices each rank sees (one, under a per-rank CUDA_VISIBLE_DEVICES)
+inline int ranks_sharing_gpu(const std::vector<GpuUuid>& gpus, int rank) {
+    int n = 0;
+    for (const GpuUuid& g : gpus) n += g == gpus[rank];
+    return n;
 }

@@ -1,7 +1,9 @@
 // Communicator over MPI. Buffers are host memory, or device memory that is staged through the
 // host when `stage` functions are given: NCCL refuses two ranks on one GPU, MPI does not care.
 // bf16 sums use a user-defined MPI op since MPI has no bf16 type. On host memory the asynchronous
-// collectives are MPI's non-blocking ones; staged ones complete before returning.
+// collectives are MPI's non-blocking ones; staged ones complete before returning. Every call is
+// non-blocking underneath and waited for under the watchdog (common/watchdog.h), so a rank whose
+// peer stopped says so and ends the job instead of waiting forever.
 #pragma once
 #include <mpi.h>
 
@@ -10,14 +12,29 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "../common/bf16.h"
+#include "../common/watchdog.h"
 #include "comm.h"
 
+// MPI's request waited for under the watchdog (common/watchdog.h): polled until done, or the job
+// ends with one line naming `what`
+inline void mpi_await(MPI_Request& request, const std::function<std::string()>& what, double allowance = 0.0) {
+    watchdog().wait(
+        [&] {
+            int done = 0;
+            MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+            return done != 0;
+        },
+        what, allowance);
+}
+
 // MPI_Gather of host memory in pieces below MPI's int count; root's recv is rank-major
-inline void mpi_gather_host(const void* send, void* recv, size_t bytes, int root, MPI_Comm comm) {
+inline void mpi_gather_host(const void* send, void* recv, size_t bytes, int root, MPI_Comm comm, const Communicator& c) {
     int rank = 0, world = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &world);
@@ -25,7 +42,9 @@ inline void mpi_gather_host(const void* send, void* recv, size_t bytes, int root
     std::vector<char> tmp(rank == root ? std::min(bytes, piece) * world : 0);
     for (size_t at = 0; at < bytes; at += piece) {
         const size_t len = std::min(piece, bytes - at);
-        MPI_Gather((const char*)send + at, (int)len, MPI_BYTE, tmp.data(), (int)len, MPI_BYTE, root, comm);
+        MPI_Request request;
+        MPI_Igather((const char*)send + at, (int)len, MPI_BYTE, tmp.data(), (int)len, MPI_BYTE, root, comm, &request);
+        mpi_await(request, [&] { return collective_words("a gather to rank " + std::to_string(root), world * len, -1, c); });
         if (rank == root)
             for (int r = 0; r < world; r++) memcpy((char*)recv + r * bytes + at, tmp.data() + r * len, len);
     }
@@ -46,22 +65,25 @@ inline MPI_Comm mpi_split(MPI_Comm comm, int first, int count) {
     return sub;
 }
 
-// Communicator::ranks_per_node for comm: the size of this rank's node (MPI's shared-memory
-// domain) when every node holds that many ranks, consecutive in comm; else 0
-inline int mpi_ranks_per_node(MPI_Comm comm) {
+// Communicator::node_ranks for comm: the size of this rank's node (MPI's shared-memory domain),
+// and that size again when every node holds as many ranks, consecutive in comm (else 0)
+inline Communicator::NodeRanks mpi_node_ranks(MPI_Comm comm, const Communicator& c) {
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm node;
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int size = 0, lowest = rank, highest = rank;
+    int size = 0, bounds[2] = {-rank, rank};  // -lowest, highest
     MPI_Comm_size(node, &size);
-    MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
-    MPI_Allreduce(MPI_IN_PLACE, &highest, 1, MPI_INT, MPI_MAX, node);
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, bounds, 2, MPI_INT, MPI_MAX, node, &r);
+    mpi_await(r, [&] { return collective_words("an all-reduce", sizeof(bounds), -1, c) + " within a node"; });
     MPI_Comm_free(&node);
+    const int lowest = -bounds[0], highest = bounds[1];
     // the same size everywhere (min of size and of -size), and each node ranks [k*size, (k+1)*size)
     int agree[3] = {size, -size, lowest == rank / size * size && highest == lowest + size - 1 ? 1 : 0};
-    MPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT, MPI_MIN, comm);
-    return agree[0] == -agree[1] && agree[2] == 1 ? size : 0;
+    MPI_Iallreduce(MPI_IN_PLACE, agree, 3, MPI_INT, MPI_MIN, comm, &r);
+    mpi_await(r, [&] { return collective_words("an all-reduce", sizeof(agree), -1, c); });
+    return {size, agree[0] == -agree[1] && agree[2] == 1 ? size : 0};
 }
 
 // Prints nothing: the caller has said why. MPI_Abort takes every rank down, not only this one.
@@ -92,77 +114,99 @@ public:
 
     double all_reduce_host(double x) override {
         double sum = 0.0;
-        MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_);
+        MPI_Request r;
+        MPI_Iallreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_, &r);
+        mpi_await(r, [&] { return collective_words("an all-reduce", sizeof(double), -1, *this); });
         return sum;
     }
     void wait(Ticket ticket) override {
         auto it = pending_.find(ticket);
         if (it == pending_.end()) return;
-        MPI_Wait(&it->second, MPI_STATUS_IGNORE);
+        const Pending& p = it->second;
+        mpi_await(it->second.request, [&] { return collective_words(p.kind, p.bytes, p.group, *this); });
         pending_.erase(it);
     }
-    void barrier() override { MPI_Barrier(comm_); }
+    void barrier(double allowance = 0.0) override {
+        MPI_Request r;
+        MPI_Ibarrier(comm_, &r);
+        mpi_await(r, [&] { return "a barrier among " + label() + " (" + std::to_string(world_) + " rank(s))"; }, allowance);
+    }
     void gather_host(const void* send, void* recv, size_t bytes, int root) override {
-        mpi_gather_host(send, recv, bytes, root, comm_);
+        mpi_gather_host(send, recv, bytes, root, comm_, *this);
     }
     [[noreturn]] void abort(int code) override { abort_all_ranks(code); }
-    std::unique_ptr<Communicator> split(int first, int count, int stride) override {
+    std::unique_ptr<Communicator> split(int first, int count, int stride) override { return split_mpi(first, count); }
+    std::unique_ptr<MpiComm> split_mpi(int first, int count) {
         auto sub = std::make_unique<MpiComm>(mpi_split(comm_, first, count), to_host_, from_host_);
         sub->owns_comm_ = true;
         return sub;
     }
-    int ranks_per_node() override { return mpi_ranks_per_node(comm_); }
+    NodeRanks node_ranks() override { return mpi_node_ranks(comm_, *this); }
+    void note(Event event, int group) override {
+        if (event == Event::NextCollectiveMoves) moving_group_ = group;
+    }
 
 protected:
     Ticket start_all_reduce(void* buf, size_t n, DType t) override {
+        const size_t bytes = n * dtype_size(t);
         if (!staged()) {
             MPI_Request r;
             MPI_Iallreduce(MPI_IN_PLACE, buf, count(n, t), mpi_type(t), op(t), comm_, &r);
-            return remember(r);
+            return remember(r, "an all-reduce", bytes);
         }
-        void* h = stage_in(buf, n * dtype_size(t), 0);
-        MPI_Allreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_);
-        stage_out(buf, h, n * dtype_size(t));
+        void* h = stage_in(buf, bytes, 0);
+        MPI_Request r;
+        MPI_Iallreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_, &r);
+        await_now(r, "an all-reduce", bytes);
+        stage_out(buf, h, bytes);
         return 0;
     }
     Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = n * dtype_size(t);
         if (!staged()) {
             MPI_Request r;
             MPI_Ireduce_scatter_block(send, recv, count(n, t), mpi_type(t), op(t), comm_, &r);
-            return remember(r);
+            return remember(r, "a reduce-scatter", world_ * bytes);
         }
-        size_t bytes = n * dtype_size(t);
         void* hr = stage_buffer(1, bytes);
-        MPI_Reduce_scatter_block(stage_in(send, world_ * bytes, 0), hr, count(n, t), mpi_type(t), op(t), comm_);
+        MPI_Request r;
+        MPI_Ireduce_scatter_block(stage_in(send, world_ * bytes, 0), hr, count(n, t), mpi_type(t), op(t), comm_, &r);
+        await_now(r, "a reduce-scatter", world_ * bytes);
         stage_out(recv, hr, bytes);
         return 0;
     }
     Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = n * dtype_size(t);
         if (!staged()) {
             MPI_Request r;
             MPI_Iallgather(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
-            return remember(r);
+            return remember(r, "an all-gather", world_ * bytes);
         }
-        size_t bytes = n * dtype_size(t);
         void* hr = stage_buffer(1, world_ * bytes);
-        MPI_Allgather(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
+        MPI_Request r;
+        MPI_Iallgather(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_, &r);
+        await_now(r, "an all-gather", world_ * bytes);
         stage_out(recv, hr, world_ * bytes);
         return 0;
     }
     Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
+        const size_t bytes = world_ * n * dtype_size(t);
         if (!staged()) {
             MPI_Request r;
             MPI_Ialltoall(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
-            return remember(r);
+            return remember(r, "an all-to-all", bytes);
         }
-        size_t bytes = world_ * n * dtype_size(t);
         void* hr = stage_buffer(1, bytes);
-        MPI_Alltoall(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_);
+        MPI_Request r;
+        MPI_Ialltoall(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_, &r);
+        await_now(r, "an all-to-all", bytes);
         stage_out(recv, hr, bytes);
         return 0;
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
-        MPI_Bcast(buf, count(bytes, DType::F32), MPI_BYTE, root, comm_);
+        MPI_Request r;
+        MPI_Ibcast(buf, count(bytes, DType::I8), MPI_BYTE, root, comm_, &r);
+        await_now(r, "a broadcast from rank " + std::to_string(root), bytes);
     }
 
 private:
@@ -181,9 +225,19 @@ private:
         for (int i = 0; i < *len; i++) b[i] = float_to_bf16_bits(bf16_bits_to_float(a[i]) + bf16_bits_to_float(b[i]));
     }
 
-    Ticket remember(MPI_Request r) {
-        pending_[++last_ticket_] = r;
+    // a collective started, and what the watchdog's message would call it
+    struct Pending {
+        MPI_Request request;
+        std::string kind;
+        size_t bytes;
+        int group;
+    };
+    Ticket remember(MPI_Request r, const char* kind, size_t bytes) {
+        pending_[++last_ticket_] = {r, kind, bytes, moving_group_};
         return last_ticket_;
+    }
+    void await_now(MPI_Request& r, const std::string& kind, size_t bytes) {
+        mpi_await(r, [&] { return collective_words(kind, bytes, moving_group_, *this); });
     }
     bool staged() const { return to_host_ != nullptr; }
     void* stage_buffer(int which, size_t bytes) {
@@ -205,6 +259,7 @@ private:
     bool owns_comm_ = false;  // made by split(): freed with this communicator
     MPI_Op bf16_sum_op_;
     std::vector<char> host_[2];
-    std::map<Ticket, MPI_Request> pending_;
+    std::map<Ticket, Pending> pending_;
     Ticket last_ticket_ = 0;
+    int moving_group_ = -1;  // the group the next collective moves, as zero/ last noted
 };

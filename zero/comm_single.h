@@ -10,11 +10,11 @@ public:
     using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
     explicit SingleComm(CopyFn device_copy) : copy_(device_copy) {}
     double all_reduce_host(double x) override { return x; }
-    void barrier() override {}
+    void barrier(double) override {}
     void gather_host(const void* send, void* recv, size_t bytes, int) override { memcpy(recv, send, bytes); }
     [[noreturn]] void abort(int code) override { exit(code); }
     std::unique_ptr<Communicator> split(int, int, int) override { return std::make_unique<SingleComm>(copy_); }
-    int ranks_per_node() override { return 1; }
+    NodeRanks node_ranks() override { return {}; }
 
 protected:
     Ticket start_all_reduce(void*, size_t, DType) override { return 0; }

@@ -116,7 +116,9 @@ public:
         if (N <= 0 || N == W) return;
         if (W % N != 0) fatal(2, "--shard-group %d: expected a divisor of the %d ranks", N, W);
         group_ = world.split(r / N * N, N, 1);
+        group_->set_label("the shard group");
         replicas_ = world.split(r % N, W / N, N);
+        replicas_->set_label("the replicas across shard groups");
     }
     Communicator& world() const { return world_; }
     Communicator& group() const { return group_ ? *group_ : world_; }

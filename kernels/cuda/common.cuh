@@ -14,6 +14,7 @@
 
 #include "../../common/io.h"  // fatal(): one line, and every rank stops
 #include "../../common/bf16.h"  // stochastic rounding
+#include "../../common/watchdog.h"
 
 #define CUDA_CHECK(call)                                                                  \
     do {                                                                                  \
@@ -189,6 +190,27 @@ inline Context& ctx() {
 }
 inline cudaStream_t stream() { return ctx().stream; }
 
+// The host waits for device work under the watchdog (common/watchdog.h): work queued behind a
+// collective that never ends (a peer rank died or hangs) would otherwise hold this rank forever.
+// `done` queries without blocking: cudaErrorNotReady until the work is done.
+template <class Query>
+inline void host_wait(Query query, const char* what) {
+    watchdog().wait(
+        [&] {
+            const cudaError_t err = query();
+            if (err == cudaErrorNotReady) return false;
+            CUDA_CHECK(err);
+            return true;
+        },
+        [&] { return std::string(what); });
+}
+inline void wait_for_stream(cudaStream_t s) {
+    host_wait([&] { return cudaStreamQuery(s); }, "the GPU's queued work (kernels, copies and the collectives they wait for)");
+}
+inline void wait_for_event(cudaEvent_t e) {
+    host_wait([&] { return cudaEventQuery(e); }, "the GPU's queued work (kernels, copies and the collectives they wait for)");
+}
+
 // the scratch buffer, reallocated to `bytes` (after the stream has drained, so a kernel still
 // reading the old one is never freed under it)
 inline void resize_scratch(size_t bytes) {
@@ -196,7 +218,7 @@ inline void resize_scratch(size_t bytes) {
     if (c.capturing || c.live_graphs > 0)
         fatal(1, "the scratch would grow from %zu to %zu bytes (an op wants more than the run reserved) while a CUDA graph %s its "
               "address; --cuda-graph 0 runs without graphs", c.scratch_size, bytes, c.capturing ? "captures" : "holds");
-    CUDA_CHECK(cudaStreamSynchronize(c.stream));
+    wait_for_stream(c.stream);
     if (c.scratch) CUDA_CHECK(cudaFree(c.scratch));
     c.scratch_size = bytes;
     CUDA_CHECK(cudaMalloc(&c.scratch, c.scratch_size));
@@ -217,7 +239,7 @@ inline void reserve_scratch(size_t bytes) {
 // upload from it, if any, has read it)
 inline void reserve_upload(PinnedUpload& p, size_t bytes) {
     if (p.read == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&p.read, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventSynchronize(p.read));  // a never-recorded event counts as done
+    wait_for_event(p.read);  // a never-recorded event counts as done
     if (bytes <= p.size) return;
     if (p.host) CUDA_CHECK(cudaFreeHost(p.host));
     CUDA_CHECK(cudaMallocHost(&p.host, bytes));

@@ -49,7 +49,7 @@ inline uint64_t transfer_mark() {
     return t.next_mark++;
 }
 inline void transfer_wait(uint64_t mark) {
-    CUDA_CHECK(cudaEventSynchronize(transfers().marks[mark % Transfers::kMarks]));
+    wait_for_event(transfers().marks[mark % Transfers::kMarks]);
 }
 
 }  // namespace gpu
