@@ -41,16 +41,14 @@
 #
 # Time. Each phase ends by its deadline, a share of --budget (shares of the phases run, scaled to
 # it), so a slow phase cannot take a later one's time; within a phase each build gets its part in
-# turn; what cannot start in time is said SKIP (out of time). Shares, scaled to the default 540 s,
-# sized from the H200 runs of 2026-12-04 (docs/gpu_runs.md: one build's times in brackets):
-#   build      50 s  both builds side by side (two builds, 8 binaries, 41 s; one build 30-43 s)
+# turn; what cannot start in time is said SKIP (out of time). The shares, scaled to the default
+# 540 s, follow what each phase took on a GPU (docs/gpu_runs.md has the times):
+#   build      50 s  both builds side by side
 #   kernels   170 s  bf16 and fp32 kernel tests per build, --timeout each, a test rerun alone half
-#                    (the bf16 binary about 100 s, the fp32 one 39 s)
 #   zero       70 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
-#                    (6 s, 21 s, 24 s)
 #   train      60 s  the trainer's own checks on the GPU (default build): test/test_memory_plan_gpu.sh
 #                    (the plan against what the runs take) and test/test_divergence.sh (a NaN model
-#                    refused, a diverging run stopped with exit 3, its checkpoint kept) (36 s, 10 s)
+#                    refused, a diverging run stopped with exit 3, its checkpoint kept)
 #   bench     220 s  bench_gpu.sh per build, --timeout a run (attention, kernels, GEMMs, d12 and
 #                    its kernel table, d48, both with --gemm-algos, d48's kernel table, offload,
 #                    d24, ZeRO 0-3: the most wanted first)

@@ -73,6 +73,7 @@ run_check "rank failures end the job; -y 1 resumes rank 0's checkpoint everywher
 run_check "a rank stopped or dead mid-run: the watchdog ends the job with one line" bash test/test_watchdog.sh
 run_check "command line: main job runs with the defaults" bash test/test_cli.sh
 run_check "memory plan: --plan's lines are the runs', -b auto, what does not fit, README's table" bash test/test_memory_plan.sh
+run_check "README and docs/: every link resolves, the flags table lists --help's flags" bash test/test_docs.sh
 run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash test/test_run_tiny.sh
 run_check "diverged runs: NaN parameter refused, exit 3 keeping the checkpoints, resume_loop.sh stops on 3 and 2" bash test/test_divergence.sh
 run_check "checkpoints synced before rename and DONE, a full disk says why and keeps the last one" bash test/test_durable_checkpoints.sh

@@ -106,7 +106,7 @@ start=$(date +%s%N)
 ./train_gpt -e d12 -t 64 -b 4 --device cpu --device-memory 1GiB -x 1 -o "" >"$out" 2>&1
 rc=$? ms=$((($(date +%s%N) - start) / 1000000))
 [ $rc -eq 1 ] && [ "$(wc -l <"$out")" -eq 1 ] || fail "d12 in 1 GiB: expected one line and exit 1, got exit $rc"
-# (the example README quotes)
+# (the example docs/memory_plan.md quotes)
 [ "$(cat "$out")" = "error: B=4 T=64 with -z 0 --offload none -r 1 needs 2.03 GiB on rank 0 (the host categories included), which has 1.00 GiB (--device-memory); the least change that fits: -pn 7 (mpirun -np 7) -z 3 -r 2 (B up to 4)" ] ||
     fail "d12 in 1 GiB: the line names the bytes and the least change"
 # d12's random weights alone take longer than this to make: the check came before them

@@ -159,10 +159,9 @@ using Planner = std::function<MemoryUse(const RunShape&, int rank)>;
 
 constexpr size_t kGiB = (size_t)1 << 30, kMiB = (size_t)1 << 20;
 // kept free on a GPU for what is not this trainer's to count (the CUDA context, the kernels it
-// loads on first use, cuBLASLt's and NCCL's own memory). Measured on one H200 (CUDA 13.0, driver
-// 580; d12 B=8): the context 527 MiB, and 590 MiB beyond the run's buffers once step 1 had run
-// (rounding included), 1117 MiB in all; this keeps about 37% more. A run on a GPU prints what it
-// takes (train_gpt.cu: "device memory after step 1"), test/test_memory_plan_gpu.sh checks it.
+// loads on first use, cuBLASLt's and NCCL's own memory): what a small d12 run took on a GPU, with
+// room to spare (docs/memory_plan.md has the figures). A run on a GPU prints what it takes
+// (train_gpt.cu: "device memory after step 1"), test/test_memory_plan_gpu.sh checks it.
 constexpr size_t kCudaReserve = 3 * kGiB / 2;
 constexpr size_t kCudaAllocationRounding = 2 * kMiB;  // cudaMalloc's rounding, at most, per allocation
 
