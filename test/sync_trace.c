@@ -1,13 +1,14 @@
 // LD_PRELOAD shim for test/test_durable_checkpoints.sh: writes one line per fopen, fsync,
 // fdatasync and rename of a path under $SYNC_TRACE_DIR to $SYNC_TRACE_LOG, in the order of the
-// calls ("fopen PATH MODE", "fsync PATH", "rename FROM TO"; an fsync names its file or directory
-// as /proc/self/fd shows it), then does the call.
+// calls ("fopen PATH MODE", "fsync PATH [SIZE]", "rename FROM TO"; an fsync names its file or
+// directory as /proc/self/fd shows it, and a file's size then), then does the call.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void note(const char* call, const char* a, const char* b) {
@@ -22,13 +23,16 @@ static void note(const char* call, const char* a, const char* b) {
     close(fd);
 }
 
+// "CALL PATH SIZE" for a file (what it holds at the call), "CALL PATH" for a directory
 static void note_fd(const char* call, int fd) {
-    char link[64], path[4096];
+    char link[64], path[4096], size[32] = "";
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     const ssize_t n = readlink(link, path, sizeof(path) - 1);
     if (n <= 0) return;
     path[n] = '\0';
-    note(call, path, NULL);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) snprintf(size, sizeof(size), "%lld", (long long)st.st_size);
+    note(call, path, size[0] ? size : NULL);
 }
 
 typedef FILE* (*fopen_fn)(const char*, const char*);

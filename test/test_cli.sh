@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*"; cat "$out"; rm -rf "$out" "$dir"; exit 1; }
 
 timeout 600 mpirun -np 1 ./train_gpt -x 2 -o "$dir" >"$out" 2>&1 || fail "default run exited $?"
 grep -q "backend cpu, 1 rank(s), ZeRO stage 0 | B=4 T=64" "$out" || fail "defaults are not d12, B=4, T=64 on cpu"
-grep -qE "^step    1/2 \| loss 1[01]\.[0-9]+ \(\+nanz\) \| norm [0-9.]+ \(\+nanz\) \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| elapsed [0-9]+s \| ETA [0-9hms]+$" "$out" || fail "no step line"
+grep -qE "^step    1/2 \| loss 1[01]\.[0-9]+ \(\+nanz\) \| norm [0-9.]+ \(\+nanz\) \| lr [0-9.e+-]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| elapsed [0-9hms]+ \| ETA [0-9hms]+$" "$out" || fail "no step line"
 grep -q "^val loss " "$out" || fail "no validation loss"
 grep -q "^generating:" "$out" || fail "no text sample"
 grep -q "rank 0 memory MiB: parameters 474.84" "$out" || fail "no memory report for d12"

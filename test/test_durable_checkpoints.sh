@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checkpoints survive a crash of the machine, and a full disk says why and keeps the last one.
 # 1. The order of the calls (test/sync_trace.c, preloaded, logs them): each file of a checkpoint
-#    is written to NAME.tmp, synced, renamed, and the directory synced; DONE_N comes after both
-#    files of step N are durable, and is made durable the same way.
+#    is written to NAME.tmp, synced holding all its bytes (none left in a stdio buffer), renamed,
+#    and the directory synced; DONE_N comes after both files of step N are durable, and is made
+#    durable the same way.
 # 2. A disk that fills up (a small tmpfs; mounting one needs root, which CI has) at the second
 #    checkpoint: exit 1 with one line saying what the system said and which checkpoint is intact;
 #    that checkpoint and its DONE file stay as written, the failed one has no DONE and no .tmp.
@@ -28,7 +29,8 @@ expected=""
 for step in 00000002 00000004; do
     for name in model_$step.bin state_$step.bin DONE_$step; do
         f=$dir/run/$name
-        expected+="fopen $f.tmp wb"$'\n'"fsync $f.tmp"$'\n'"rename $f.tmp $f"$'\n'"fsync $dir/run"$'\n'
+        # the size the file has at its fsync is its final size: every byte was written before it
+        expected+="fopen $f.tmp wb"$'\n'"fsync $f.tmp $(stat -c %s "$f")"$'\n'"rename $f.tmp $f"$'\n'"fsync $dir/run"$'\n'
     done
 done
 actual=$(grep -v "^fopen $dir/run/main.log " "$dir/trace")

@@ -259,6 +259,18 @@ TEST_F(Files, HeaderCountsAreCheckedAgainstTheFileSize) {
     ((int32_t*)large.data())[4] = 1 << 20;  // L: in range, the count computed exactly, the file far too small
     write_bytes(path("large.bin"), large.data(), large.size());
     EXPECT_EXIT(load_checkpoint(path("large.bin"), &c), ExitedWithCode(1), "large.bin: checkpoint is [0-9]+ bytes, expected [0-9]+ for this header \\([0-9]+ parameters of 4 bytes\\)");
+    // every field in range, yet the parameters' bytes (count times 4) wrap around 64 bits: a size
+    // check made in wrapped arithmetic could match a small file and allocate the count
+    std::vector<char> wraps = model;
+    const int32_t fields[] = {kCheckpointFp32, 1, 11605, 349641, 1, 1048402, 11605};  // version, maxT, V, L, NH, C, Vp
+    memcpy(wraps.data() + 4, fields, sizeof(fields));
+    GPT2Config huge;
+    config_from_descriptor("L=349641,NH=1,C=1048402,V=11605,maxT=1", &huge);
+    huge.padded_vocab_size = 11605;  // as the header says (a descriptor pads V to 128)
+    ASSERT_GT(ParamLayout(huge).total, SIZE_MAX / 4) << "the header's parameters must overflow 64 bits as bytes";
+    write_bytes(path("wraps.bin"), wraps.data(), wraps.size());
+    EXPECT_EXIT(load_checkpoint(path("wraps.bin"), &c), ExitedWithCode(1),
+                "wraps.bin: checkpoint is [0-9]+ bytes, expected [0-9]+ for this header \\([0-9]+ parameters of 4 bytes\\)");
 }
 
 TEST_F(Files, BadShardsFailWithOneLine) {

@@ -147,6 +147,7 @@ TEST_F(HellaSwagFile, EveryBadFileIsOneLineAndExitCode1) {
         {std::vector<char>(good.begin(), good.begin() + 600), "truncated while reading the HellaSwag header"},
         {std::vector<char>(good.begin(), good.end() - 2), "truncated while reading an example"},
         {with(8, 8), "truncated while reading an example header"},  // the header announces 8
+        {with(8, 60000), "header announces 60000 examples, more than the file's [0-9]+ bytes after it can hold \\([0-9]+ bytes each at least\\)"},
         {with(8, 0), "inconsistent HellaSwag header \\(0 examples"},
         {with(first, 7), "example 0 starts with 7, expected the marker 65535"},
         {with(first + 4, 3), "example 0 has index 3, expected 0"},
