@@ -45,7 +45,10 @@
 # 540 s, follow what each phase took on a GPU (docs/gpu_runs.md has the times):
 #   build      50 s  both builds side by side
 #   kernels   170 s  bf16 and fp32 kernel tests per build, --timeout each, a test rerun alone half
-#   zero       70 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16
+#   zero       70 s  per build: mpirun of the ZeRO tests, 2 and 3 ranks fp32, 3 ranks bf16, 2
+#                    ranks fp32 with collectives finishing late (test/late_comm.h); with two GPUs
+#                    or more, the ZeRO tests over NCCL (a GPU per rank) and test/test_nccl_gpus.sh
+#                    (d12 over NCCL against one GPU)
 #   train      60 s  the trainer's own checks on the GPU (default build): test/test_memory_plan_gpu.sh
 #                    (the plan against what the runs take) and test/test_divergence.sh (a NaN model
 #                    refused, a diverging run stopped with exit 3, its checkpoint kept)
@@ -200,6 +203,7 @@ zero_bins=(test/test_zero_cuda test/test_zero_cuda_fp32)
 targets=()
 { has kernels "${phases[@]}" || has memcheck "${phases[@]}"; } && targets+=("${kernels_bins[@]}")
 has zero "${phases[@]}" && [ -n "$mpi" ] && targets+=("${zero_bins[@]}")
+has zero "${phases[@]}" && [ -n "$mpi" ] && [ "$gpus" -ge 2 ] && targets+=(train_gpt)  # d12 over NCCL
 has bench "${phases[@]}" && targets+=(train_gpt scripts/bench_attention scripts/bench_gemm test/bench_kernels_cuda)
 has train "${phases[@]}" && targets+=(train_gpt)
 jobs=$(($(nproc) / ${#builds[@]}))
@@ -333,11 +337,23 @@ if has zero "${phases[@]}"; then
         # bf16: stochastic rounding must not depend on the stage or the rank count
         run_gtest "$b ZeRO 0-3, 3 ranks sharing the GPU, bf16" "$(part_until zero "$i")" mpirun -np 3 --oversubscribe "${d}test/test_zero_cuda"
     done
-    case $gpus in
-        0) say "SKIP  NCCL (no GPU)" ;;
-        1) say "SKIP  NCCL: one GPU" ;;
-        *) say "SKIP  NCCL: the ZeRO tests put every rank on GPU 0" ;;
-    esac
+    # the collectives finishing only at their wait (test/late_comm.h), on ranks sharing the GPU
+    for i in "${!builds[@]}"; do
+        b=${builds[$i]} d=$(prefix "${builds[$i]}")
+        [ -n "$mpi" ] && run_gtest "$b ZeRO 0-3, 2 ranks sharing the GPU, fp32, collectives finishing late" "$(part_until zero "$i")" \
+            env ZERO_TEST_COMM=late mpirun -np 2 --oversubscribe -x ZERO_TEST_COMM "${d}test/test_zero_cuda_fp32"
+    done
+    # NCCL between GPUs, a GPU per rank: the ZeRO tests, then d12 against one GPU
+    if [ "$gpus" -lt 2 ]; then say "SKIP  NCCL between GPUs: $gpus GPU(s)"
+    elif [ -z "$mpi" ]; then say "SKIP  NCCL between GPUs ($why_no_mpi)"
+    else
+        for i in "${!builds[@]}"; do
+            b=${builds[$i]} d=$(prefix "${builds[$i]}")
+            run_gtest "$b ZeRO 0-3 over NCCL, $gpus ranks on $gpus GPUs, fp32" "$(part_until zero "$i")" \
+                env ZERO_TEST_COMM=nccl mpirun -np "$gpus" --oversubscribe -x ZERO_TEST_COMM "${d}test/test_zero_cuda_fp32"
+        done
+        has default "${builds[@]}" && run_script "d12 over NCCL on $gpus GPUs against one" "${deadline[zero]}" bash test/test_nccl_gpus.sh ./train_gpt
+    fi
 fi
 
 # NAME UNTIL SCRIPT...: a test script that ends "ok: ..." (PASS), "skipped: no GPU" or "FAIL: ..."

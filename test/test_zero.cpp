@@ -42,13 +42,19 @@ constexpr double kTol = 1e-5;
 constexpr MpiComm::CopyFn kToHost = nullptr, kFromHost = nullptr;
 #endif
 
-// The communicator the tests train with: MPI (on the CUDA backend staged through host memory,
-// the ranks sharing a GPU), and with ZERO_TEST_COMM=late in the environment the same inside a
-// LateComm, whose collectives finish only when waited for (test/late_comm.h)
-std::unique_ptr<Communicator> make_comm(MPI_Comm c) {
-    auto mpi = std::make_unique<MpiComm>(c, kToHost, kFromHost);
+// Which communicator the tests train with (ZERO_TEST_COMM): "" MPI (on the CUDA backend staged
+// through host memory, the ranks sharing a GPU); "late" the same inside a LateComm, whose
+// collectives finish only when waited for (test/late_comm.h); "nccl" (CUDA) NCCL, a GPU per rank
+std::string comm_kind() {
     const char* kind = getenv("ZERO_TEST_COMM");
-    if (kind == nullptr || strcmp(kind, "late") != 0) return mpi;
+    return kind == nullptr ? "" : kind;
+}
+std::unique_ptr<Communicator> make_comm(MPI_Comm c) {
+#ifdef __CUDACC__
+    if (comm_kind() == "nccl") return std::make_unique<NcclComm>(c, gpu::stream());
+#endif
+    auto mpi = std::make_unique<MpiComm>(c, kToHost, kFromHost);
+    if (comm_kind() != "late") return mpi;
     return ForwardingComm::owning<LateComm>(std::move(mpi), kToHost, kFromHost);
 }
 
@@ -1102,7 +1108,9 @@ TEST(NodeRanks, CountedWithoutTheLaunchersVariables) {
     const MemoryBudget shared = memory_budget<CpuBackend>("", node.here), alone = memory_budget<CpuBackend>("", 1);
     if (alone.bytes != SIZE_MAX) {  // known (Linux's /proc/meminfo)
         EXPECT_NEAR((double)shared.bytes, (double)alone.bytes / comm.world(), 0.05 * alone.bytes / comm.world());
-        if (comm.world() > 1) EXPECT_NE(shared.source.find("shared by " + std::to_string(comm.world()) + " ranks"), std::string::npos) << shared.source;
+        if (comm.world() > 1) {
+            EXPECT_NE(shared.source.find("shared by " + std::to_string(comm.world()) + " ranks"), std::string::npos) << shared.source;
+        }
     }
 }
 
@@ -1181,7 +1189,16 @@ int main(int argc, char** argv) {
         MPI_Finalize();
         return 0;
     }
-    CudaBackend::init(0);  // every rank on GPU 0: NCCL would refuse, the MPI communicator does not
+    // every rank on GPU 0 (NCCL would refuse, the MPI communicator does not), or over NCCL the
+    // ranks of a node on its GPUs in turn
+    int local_rank = 0;
+    if (comm_kind() == "nccl") {
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+    }
+    CudaBackend::init(local_rank);
 #endif
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
     if (rank != 0) delete listeners.Release(listeners.default_result_printer());
