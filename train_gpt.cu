@@ -1251,10 +1251,16 @@ int main(int argc, char** argv) {
         int world = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &world);
         if (world > 1) g_fatal_hook = abort_all_ranks;
+        int world_rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        watchdog().set_timeout(cfg.collective_timeout);  // the waits before the run starts too
+        watchdog().set_rank(world_rank);
 #ifdef __CUDACC__
         // one backend for all ranks: with auto, a rank without a GPU puts everyone on the CPU
         int all_cuda = use_cuda ? 1 : 0;
-        MPI_Allreduce(MPI_IN_PLACE, &all_cuda, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Request agreed;
+        MPI_Iallreduce(MPI_IN_PLACE, &all_cuda, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &agreed);
+        mpi_await(agreed, [] { return std::string("every rank's choice of backend (a rank still starting CUDA?)"); });
         use_cuda = all_cuda == 1;
 #endif
         if (cfg.T == 0) cfg.T = use_cuda ? 1024 : 64;

@@ -56,10 +56,13 @@ inline bool nccl_usable(MPI_Comm node, const GpuUuid& mine, bool say) {
     MPI_Comm_size(node, &local_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     std::vector<GpuUuid> node_gpus(local_size);
-    MPI_Allgather(mine.data(), (int)mine.size(), MPI_BYTE, node_gpus.data(), (int)mine.size(), MPI_BYTE, node);
+    MPI_Request r;
+    MPI_Iallgather(mine.data(), (int)mine.size(), MPI_BYTE, node_gpus.data(), (int)mine.size(), MPI_BYTE, node, &r);
+    mpi_await(r, [] { return std::string("the GPU ids of the node's ranks"); });
     const CommChoice choice = choose_communicator(node_gpus);
     int everywhere = choice.nccl ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Iallreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &r);
+    mpi_await(r, [] { return std::string("every rank's choice of communicator"); });
     const bool nccl = everywhere == 1;
     if (rank == 0 && say)
         printf("communicator: %s (%s)\n", nccl ? "NCCL" : "MPI through host memory",
