@@ -154,11 +154,11 @@ public:
         zero_.prefetch(1);  // the first layer's parameters arrive while the embedding's are gathered
         Tensors emb = zero_.params(0);
         Backend::encoder_forward(encoded_, inputs_, emb[0], emb[1], B, T, C);
+        Tensors p = zero_.params(1);
+        Backend::layernorm_forward(ln1(0), ln1_stats(0, 0), ln1_stats(0, 1), encoded_, p[L_LN1W], p[L_LN1B], BT, C);
         for (int l = 0; l < L; l++) {
-            Tensors p = zero_.params(1 + l);
             zero_.prefetch(2 + l);  // the next layer's (or the final layernorm's) parameters
             const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
-            Backend::layernorm_forward(ln1(l), ln1_stats(l, 0), ln1_stats(l, 1), residual, p[L_LN1W], p[L_LN1B], BT, C);
             Backend::matmul_forward(layer(qkv_, l, 3 * C), ln1(l), p[L_QKVW], p[L_QKVB], BT, C, 3 * C);
             Backend::attention_forward(layer(atty_, l, C), att_saved(l), layer(qkv_, l, 3 * C), B, T, C, NH);
             Backend::matmul_forward(scratch_, layer(atty_, l, C), p[L_ATTPROJW], p[L_ATTPROJB], BT, C, C);
@@ -166,10 +166,14 @@ public:
                                                 residual, scratch_, p[L_LN2W], p[L_LN2B], BT, C);
             Backend::matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
             Backend::matmul_forward(scratch_, fch_gelu(l), p[L_FCPROJW], p[L_FCPROJB], BT, 4 * C, C);
-            Backend::residual_forward(layer(residual3_, l, C), layer(residual2_, l, C), scratch_, (size_t)BT * C);
+            // the block's residual add and the layernorm after it (the next layer's first, or the
+            // final one) in one pass over the residual
+            p = zero_.params(2 + l);
+            const bool last = l + 1 == L;
+            Backend::residual_layernorm_forward(layer(residual3_, l, C), last ? lnf_ : ln1(l + 1), last ? lnf_stats_ : ln1_stats(l + 1, 0),
+                                                last ? lnf_stats_ + B_ * T_ : ln1_stats(l + 1, 1), layer(residual2_, l, C), scratch_,
+                                                p[last ? 0 : L_LN1W], p[last ? 1 : L_LN1B], BT, C);
         }
-        Tensors fin = zero_.params(L + 1);
-        Backend::layernorm_forward(lnf_, lnf_stats_, lnf_stats_ + B_ * T_, layer(residual3_, L - 1, C), fin[0], fin[1], BT, C);
         Backend::matmul_forward(logits_, lnf_, emb[0], nullptr, BT, C, c_.padded_vocab_size);
         if (!with_targets) return;
         Backend::fused_classifier(logits_, losses_, targets_, dloss, BT, c_.vocab_size, c_.padded_vocab_size);

@@ -84,9 +84,6 @@ struct CpuBackend {
                                    const float* rstd, int N, int C) {
         cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     }
-    static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
-        cpu::residual_forward(out, a, b, n);
-    }
     static void matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias,
                                int N, int C, int OC) {
         cpu::matmul_forward(out, inp, w, bias, N, C, OC);

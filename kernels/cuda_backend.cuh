@@ -173,9 +173,6 @@ struct CudaBackend {
                                    const floatX* w, const float* mean, const float* rstd, int N, int C) {
         gpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     }
-    static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
-        gpu::residual_forward(out, a, b, n);
-    }
     static void matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C,
                                int OC) {
         gpu::matmul_forward(out, inp, w, bias, N, C, OC);

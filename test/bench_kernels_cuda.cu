@@ -173,27 +173,20 @@ int main(int argc, char** argv) {
     float* rstd = device_random<float>(kBT, 6);
     X* w = device_random<X>(kC, 7);
     X* b = device_random<X>(kC, 8);
-    {  // layernorm forward: ln1 per layer and the final one
+    {  // layernorm forward: the first layer's ln1 (the others, and the final one, come with a residual add)
         const double bytes = 2.0 * n * x;
         const int copies = copies_for(bytes);
         Sets s(2, n, copies, 10);
         report("layernorm_forward", bytes,
-               median_ms(copies, [&](int c) { G::layernorm_forward(s.at(c, 1), mean, rstd, s.at(c, 0), w, b, kBT, kC); }), kL + 1);
+               median_ms(copies, [&](int c) { G::layernorm_forward(s.at(c, 1), mean, rstd, s.at(c, 0), w, b, kBT, kC); }), 1);
     }
-    {  // residual + layernorm forward: ln2
+    {  // residual + layernorm forward: ln2, and each block's residual with the layernorm after it
         const double bytes = 4.0 * n * x;
         const int copies = copies_for(bytes);
         Sets s(4, n, copies, 20);
         report("residual_layernorm_forward", bytes, median_ms(copies, [&](int c) {
                    G::residual_layernorm_forward(s.at(c, 2), s.at(c, 3), mean, rstd, s.at(c, 0), s.at(c, 1), w, b, kBT, kC);
-               }), kL);
-    }
-    {  // residual forward
-        const double bytes = 3.0 * n * x;
-        const int copies = copies_for(bytes);
-        Sets s(3, n, copies, 30);
-        report("residual_forward", bytes,
-               median_ms(copies, [&](int c) { G::residual_forward(s.at(c, 2), s.at(c, 0), s.at(c, 1), n); }), kL);
+               }), 2 * kL);
     }
     {  // GELU: the backward's recomputation (-r 1), and forward and backward where the GEMM does not take them
 #ifndef ENABLE_FP32
