@@ -19,6 +19,7 @@
 #include "../common/io.h"
 #include "backend_memory.h"
 #include "gemm_choices.h"
+#include "mlp_grads.h"
 #include "shard_table.h"
 
 struct CpuBackend {
@@ -108,13 +109,13 @@ struct CpuBackend {
     // pre_gelu_dbias: the zeroed bias gradient of the layer that made pre_gelu, which a backend
     // may write (dinp's column sums) where its GEMM makes them for free; returns whether it did
     // (here never: the next matmul_backward sums them)
-    static bool matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
-                                     const floatX* inp, const floatX* pre_gelu, const floatX* w, int N, int C,
-                                     int OC, bool dbias_zeroed, floatX* pre_gelu_dbias) {
-        (void)pre_gelu_dbias;
-        matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed);
-        cpu::gelu_backward(dinp, pre_gelu, (size_t)N * C);
-        return false;
+    // the MLP block's backward, out = gelu(inp @ W_fc^T + b_fc) @ W_proj^T + b_proj, with inp (N, C),
+    // pre_gelu and gelu (N, 4C) from the forward; dpre_gelu (N, 4C) is scratch
+    static void mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                             const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C) {
+        matmul_backward(dpre_gelu, g.w_proj, g.b_proj, dout, gelu, w_proj, N, 4 * C, C, g.zeroed);
+        cpu::gelu_backward(dpre_gelu, pre_gelu, (size_t)N * 4 * C);
+        matmul_backward(dinp, g.w_fc, g.b_fc, dpre_gelu, inp, w_fc, N, C, 4 * C, g.zeroed);
     }
     static size_t attention_saved_floats(int B, int T, int NH) {
         return cpu::attention_saved_floats(B, T, NH);

@@ -14,6 +14,7 @@
 #include <cuda_profiler_api.h>
 
 #include "backend_memory.h"
+#include "mlp_grads.h"
 #include "cpu/adamw.h"  // the host AdamW of ZeRO-Offload
 #include "cuda/adamw.cuh"
 #include "cuda/attention.cuh"
@@ -188,10 +189,14 @@ struct CudaBackend {
     // --gemm-algos: from now on each GEMM shape the table names runs the algorithm it names;
     // returns "" or why it cannot (timed on another GPU, cuBLASLt or precision)
     static std::string use_gemm_choices(const GemmChoices& t) { return gpu::use_gemm_choices(t); }
-    static bool matmul_gelu_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
-                                     const floatX* pre_gelu, const floatX* w, int N, int C, int OC, bool dbias_zeroed,
-                                     floatX* pre_gelu_dbias) {
-        return gpu::matmul_gelu_backward(dinp, dw, dbias, dout, inp, pre_gelu, w, N, C, OC, dbias_zeroed, pre_gelu_dbias);
+    // the MLP block's backward (CpuBackend::mlp_backward's terms): GELU' inside the projection's
+    // dinp GEMM, and there too fc's bias gradient where cuBLASLt offers it (DGELU_BGRAD) and the
+    // gradients still hold zeros, else from fc's dweight GEMM
+    static void mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                             const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C) {
+        const bool fc_dbias_done = gpu::matmul_gelu_backward(dpre_gelu, g.w_proj, g.b_proj, dout, gelu, pre_gelu, w_proj, N, 4 * C, C,
+                                                             g.zeroed, g.zeroed ? g.b_fc : nullptr);
+        gpu::matmul_backward(dinp, g.w_fc, fc_dbias_done ? nullptr : g.b_fc, dpre_gelu, inp, w_fc, N, C, 4 * C, g.zeroed);
     }
     static size_t attention_saved_floats(int B, int T, int NH) { return gpu::attention_saved_floats(B, T, NH); }
     static void attention_forward(floatX* out, float* saved, const floatX* qkv, int B, int T, int C, int NH) {

@@ -86,6 +86,14 @@ enum LayerParam { L_LN1W, L_LN1B, L_QKVW, L_QKVB, L_ATTPROJW, L_ATTPROJB, L_LN2W
 static_assert(kLayerTensors == FCPROJB - LN1W + 1 && L_QKVW == QKVW - LN1W && L_FCPROJB == FCPROJB - LN1W,
               "LayerParam follows Param from LN1W to FCPROJB");
 
+// The groups' numbers, as param_groups() makes them, and the tensors within the embedding's and
+// the final layernorm's groups
+constexpr int kEmbeddingGroup = 0;
+inline int layer_group(int l) { return 1 + l; }
+inline int final_group(const GPT2Config& c) { return 1 + c.num_layers; }
+enum EmbeddingParam { E_WTE, E_WPE };
+enum FinalParam { F_LNFW, F_LNFB };
+
 // weight decay goes to the 2-D weights only, as in GPT-2
 inline bool decays(int p) { return p == WTE || p == WPE || p == QKVW || p == ATTPROJW || p == FCW || p == FCPROJW; }
 

@@ -298,12 +298,12 @@ int main(int argc, char** argv) {
         // the projection's own bias gradient is a column sum there, counted above
         const char* fused_bwd_label = "DGELU + DGELU_BGRAD epilogues (fc projection)";
         const float fused_bwd = median_ms(1, [&](int) {
-            G::matmul_gelu_backward(dinp, dw, nullptr, dout, act, pre, wfc, kBT, 4 * kC, kC, true, fc_db);
+            gpu::matmul_gelu_backward(dinp, dw, nullptr, dout, act, pre, wfc, kBT, 4 * kC, kC, true, fc_db);
         });
 #else
         const char* fused_bwd_label = "DGELU + BGRADB epilogues (fc projection)";
         const float fused_bwd = median_ms(1, [&](int) {
-            G::matmul_gelu_backward(dinp, dw, db, dout, act, pre, wfc, kBT, 4 * kC, kC, true, nullptr);
+            gpu::matmul_gelu_backward(dinp, dw, db, dout, act, pre, wfc, kBT, 4 * kC, kC, true, nullptr);
         });
 #endif
         printf("fc GEMM forward %.3f ms, with GELU (matmul_gelu_forward) %.3f ms; fc projection backward GEMMs %.3f ms, "

@@ -488,7 +488,7 @@ void check_matmul_gelu(int N, int C, int OC) {
         std::vector<float> db = zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136);
         Dev<X> f_dinp((size_t)N * OC), f_dw = up(dw), f_db = up(db), s_dinp((size_t)N * OC), s_dw = up(dw), s_db = up(db);
         Dev<X> f_pre_db = up(std::vector<float>(OC, 0.0f));
-        const bool pre_db_written = G::matmul_gelu_backward(f_dinp.p, f_dw.p, f_db.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N,
+        const bool pre_db_written = gpu::matmul_gelu_backward(f_dinp.p, f_dw.p, f_db.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N,
                                                             OC, C, zeroed, zeroed ? f_pre_db.p : nullptr);
         EXPECT_TRUE(zeroed || !pre_db_written) << "a pre-GELU bias gradient written where none was offered";
         G::matmul_backward(s_dinp.p, s_dw.p, s_db.p, d_dout.p, d_gelu.p, d_w2.p, N, OC, C, false);
@@ -497,8 +497,8 @@ void check_matmul_gelu(int N, int C, int OC) {
         expect_close(down(f_dw), down(s_dw), kReduce, "matmul_gelu_backward dweight vs separate kernels");
         expect_close(down(f_db), down(s_db), kReduce, "matmul_gelu_backward dbias vs separate kernels");
         std::vector<float> dinp((size_t)N * OC);
-        CpuBackend::matmul_gelu_backward(dinp.data(), dw.data(), db.data(), dout.data(), act.data(), pre_act.data(),
-                                         w2.data(), N, OC, C, zeroed, nullptr);
+        CpuBackend::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), act.data(), w2.data(), N, OC, C, zeroed);
+        CpuBackend::gelu_backward(dinp.data(), pre_act.data(), (size_t)N * OC);
         expect_close(down(f_dinp), dinp, kReduce, "matmul_gelu_backward dinp vs CPU");
         expect_close(down(f_dw), dw, kReduce, "matmul_gelu_backward dweight vs CPU");
         expect_close(down(f_db), db, kReduce, "matmul_gelu_backward dbias vs CPU");
@@ -514,7 +514,7 @@ void check_matmul_gelu(int N, int C, int OC) {
 #endif
         Dev<X> f_dinp2((size_t)N * OC), f_dw2 = up(random_vec((size_t)C * OC, -1, 1, 135));
         Dev<X> f_db2 = up(zeroed ? std::vector<float>(C, 0.0f) : random_vec(C, -1, 1, 136)), f_pre_db2 = up(std::vector<float>(OC, 0.0f));
-        G::matmul_gelu_backward(f_dinp2.p, f_dw2.p, f_db2.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed,
+        gpu::matmul_gelu_backward(f_dinp2.p, f_dw2.p, f_db2.p, d_dout.p, d_gelu.p, d_pre.p, d_w2.p, N, OC, C, zeroed,
                                 zeroed ? f_pre_db2.p : nullptr);
         EXPECT_TRUE(bytes(f_dinp2) == bytes(f_dinp) && bytes(f_dw2) == bytes(f_dw) && bytes(f_db2) == bytes(f_db) &&
                     bytes(f_pre_db2) == bytes(f_pre_db))
@@ -526,6 +526,44 @@ TEST_F(Cuda, MatmulGelu) {
     check_matmul_gelu(1024, 768, 3072);
     check_matmul_gelu(67, 40, 160);
     check_matmul_gelu(67, 20, 84);  // rows of 84: not 16-byte multiples, the separate kernels
+}
+
+// The MLP block's backward (the op the model calls) against the CPU's, gradients written over
+// zeros and added to: wherever the CUDA backend takes fc's bias gradient, it is the same.
+void check_mlp_backward(int N, int C) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
+    const size_t H = 4 * (size_t)C;
+    const std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 140), pre = random_vec(N * H, -3, 3, 141);
+    const std::vector<float> w_fc = random_vec(H * C, -0.2f, 0.2f, 142), w_proj = random_vec(C * H, -0.2f, 0.2f, 143);
+    const std::vector<float> dout = random_vec((size_t)N * C, -1, 1, 144);
+    std::vector<float> gelu(N * H);
+    CpuBackend::gelu_forward(gelu.data(), down(up(pre)).data(), N * H);
+    const Dev<X> d_inp = up(inp), d_pre = up(pre), d_gelu = up(gelu), d_w_fc = up(w_fc), d_w_proj = up(w_proj), d_dout = up(dout);
+    for (const bool zeroed : {true, false}) {
+        SCOPED_TRACE(zeroed ? "gradients zeroed" : "gradients added to");
+        auto start = [&](size_t n, uint32_t seed) { return zeroed ? std::vector<float>(n, 0.0f) : random_vec(n, -1, 1, seed); };
+        Dev<X> d_g_w_fc = up(start(H * C, 145)), d_g_b_fc = up(start(H, 146)), d_g_w_proj = up(start(C * H, 147)),
+               d_g_b_proj = up(start(C, 148));
+        // the CPU starts from the same (rounded) gradients
+        std::vector<float> g_w_fc = down(d_g_w_fc), g_b_fc = down(d_g_b_fc), g_w_proj = down(d_g_w_proj), g_b_proj = down(d_g_b_proj);
+        Dev<X> d_dinp((size_t)N * C), d_scratch(N * H);
+        G::mlp_backward(d_dinp.p, d_scratch.p, d_dout.p, d_inp.p, d_pre.p, d_gelu.p, d_w_fc.p, d_w_proj.p,
+                        {d_g_w_fc.p, d_g_b_fc.p, d_g_w_proj.p, d_g_b_proj.p, zeroed}, N, C);
+        std::vector<float> dinp((size_t)N * C), scratch(N * H);
+        CpuBackend::mlp_backward(dinp.data(), scratch.data(), down(d_dout).data(), down(d_inp).data(), down(d_pre).data(),
+                                 down(d_gelu).data(), down(d_w_fc).data(), down(d_w_proj).data(),
+                                 {g_w_fc.data(), g_b_fc.data(), g_w_proj.data(), g_b_proj.data(), zeroed}, N, C);
+        expect_close(down(d_dinp), dinp, kReduce, "mlp_backward dinp");
+        expect_close(down(d_g_w_fc), g_w_fc, kReduce, "mlp_backward fc dweight");
+        expect_close(down(d_g_b_fc), g_b_fc, kReduce, "mlp_backward fc dbias");
+        expect_close(down(d_g_w_proj), g_w_proj, kReduce, "mlp_backward projection dweight");
+        expect_close(down(d_g_b_proj), g_b_proj, kReduce, "mlp_backward projection dbias");
+    }
+}
+TEST_F(Cuda, MlpBackward) {
+    check_mlp_backward(134, 96);
+    check_mlp_backward(1024, 768);  // d12's fc shape, where the bf16 candidate takes DGELU_BGRAD
+    check_mlp_backward(67, 20);     // rows of 80: not 16-byte multiples
 }
 
 // ----------------------------------------------------------------------------
