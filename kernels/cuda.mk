@@ -95,6 +95,19 @@ $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm: $(CUDA_OUT)scr
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 
+# a CUDA injection library (CUPTI's activity API) that records each kernel's start and end during a
+# real run, for scripts/step_trace.py (scripts/bench_gpu.sh traces a d12 step with it). Host code
+# alone; CUPTI from the toolkit (include/ or extras/CUPTI/), else PyTorch's wheel, else CUPTI_HOME
+CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
+CUPTI_HOME ?= $(firstword $(patsubst %/include/cupti_activity.h,%,$(wildcard $(addsuffix /include/cupti_activity.h,\
+    $(CUDA_ROOT) $(CUDA_ROOT)/extras/CUPTI /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13 /opt/*/.venv/lib/python3*/site-packages/nvidia/cuda_cupti))))
+CUPTI_LIB_DIR = $(firstword $(patsubst %/,%,$(dir $(wildcard $(addsuffix /libcupti.so*,$(addprefix $(CUPTI_HOME)/,lib64 lib))))))
+CUPTI_LIBS = -L$(CUPTI_LIB_DIR) -Wl,-rpath,$(CUPTI_LIB_DIR) $(if $(wildcard $(CUPTI_LIB_DIR)/libcupti.so),-lcupti,-l:$(notdir $(firstword $(wildcard $(CUPTI_LIB_DIR)/libcupti.so.*))))
+$(CUDA_OUT)scripts/kernel_trace.so: scripts/kernel_trace.cpp
+	@if [ -z "$(CUPTI_HOME)" ] || [ -z "$(CUPTI_LIB_DIR)" ]; then echo "error: $@ needs CUPTI: no include/cupti_activity.h and lib64/ or lib/libcupti.so* under $(CUDA_ROOT), $(CUDA_ROOT)/extras/CUPTI or a Python wheel's nvidia/; set CUPTI_HOME" >&2; exit 1; fi
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -shared -fPIC -Wall -Wextra -Werror -I$(CUPTI_HOME)/include -I$(CUDA_ROOT)/include $< -o $@ $(CUPTI_LIBS)
+
 # the Makefile adds its prerequisites check to this rule
 $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 	@mkdir -p $(@D)
@@ -102,5 +115,5 @@ $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm $(CUDA_OUT)scripts/kernel_trace.so
 	rm -rf build/candidate
