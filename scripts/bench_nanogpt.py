@@ -28,10 +28,13 @@ import sys
 import time
 from collections import namedtuple
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit(f"bench_nanogpt: {e} (it runs with the Python that has PyTorch: on the H200 python3, /opt/torch/.venv's)")
 
 Config = namedtuple("Config", "layers heads channels vocab max_seq")
 # GPT-2 of each depth llm.c names (dX): heads and channels
