@@ -65,7 +65,7 @@ candidate-build: | prerequisites-test
 	$(MAKE) -f kernels/cuda.mk KERNELS=candidate GPU_ARCHS="$(sort 90 $(NVIDIA_SMI_ARCH))" build/candidate/test/test_kernels_cuda
 endif
 # the CUPTI tracer for bench_gpu.sh: make test compiles it where CUPTI's header is (kernels/cuda.mk)
-ifneq ($(CUPTI_HOME),)
+ifneq ($(and $(CUPTI_INCLUDE),$(CUPTI_LIB_DIR)),)
 TEST_BINS += scripts/kernel_trace.so
 endif
 endif

@@ -158,6 +158,8 @@ trace_step() {  # DESC B RECOMPUTE
         "$TRAIN_GPT" --device cuda -e "$1" -b "$2" -t 1024 -x 5 -r "$3" -v 0 -s 0 -o "" -i "$DATA")
     if [ "$out" = "not run: out of time" ]; then echo "bench $title: not run (out of time)"; return; fi
     if [ ! -f "$trace" ]; then echo "bench $title: FAILED (no trace written)"; echo "$out" | tail -5; return; fi
+    # kept for another look without a GPU (step_trace.py --top 40), one file per build
+    [ -z "${OUT:-}" ] || cp "$trace" "$OUT/step_trace_$1_$([ "$BUILD" = . ] && echo default || basename "$BUILD").tsv"
     echo "traced run's last step (the window): $(echo "$out" | grep -E '^step' | tail -1)"
     echo "$out" | grep -E '^kernel_trace:'
     python3 scripts/step_trace.py "$trace" 2>&1
