@@ -110,6 +110,9 @@ $(CUDA_OUT)scripts/kernel_trace.so: scripts/kernel_trace.cpp
 	@if [ -z "$(CUPTI_INCLUDE)" ] || [ -z "$(CUPTI_LIB_DIR)" ]; then echo "error: $@ needs CUPTI: include/cupti_activity.h$(if $(CUPTI_INCLUDE), (found in $(CUPTI_INCLUDE))) and lib64/ or lib/libcupti.so*$(if $(CUPTI_LIB_DIR), (found in $(CUPTI_LIB_DIR))) under CUPTI_HOME, $(CUDA_ROOT), its extras/CUPTI or targets/x86_64-linux, or a wheel's nvidia/cu13 or nvidia/cuda_cupti" >&2; exit 1; fi
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -shared -fPIC -Wall -Wextra $(if $(NVCC_WERROR),-Werror) -I$(CUPTI_INCLUDE) -I$(CUDA_ROOT)/include $< -o $@ $(CUPTI_LIBS)
+# its lines from records made up on the host, for test/test_step_trace.py (no GPU needed)
+test/kernel_trace_records: test/kernel_trace_records.cpp scripts/kernel_trace.cpp
+	$(CXX) -std=c++17 -O2 -Wall -Wextra $(if $(NVCC_WERROR),-Werror) -I. -I$(CUPTI_INCLUDE) -I$(CUDA_ROOT)/include $< -o $@ $(CUPTI_LIBS)
 
 # the Makefile adds its prerequisites check to this rule
 $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
@@ -118,5 +121,5 @@ $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm $(CUDA_OUT)scripts/kernel_trace.so
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm $(CUDA_OUT)scripts/kernel_trace.so test/kernel_trace_records
 	rm -rf build/candidate

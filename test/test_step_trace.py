@@ -1,6 +1,7 @@
 """scripts/step_trace.py on a synthetic trace in scripts/kernel_trace.so's format, and scripts/gpu_clocks.py
 on synthetic nvidia-smi samples, against answers worked out here: the busy and idle time by counting
-100 ns ticks, the gaps and their neighbours by hand from the intervals below."""
+100 ns ticks, the gaps and their neighbours by hand from the intervals below. And the lines the
+library writes for records made up on the host (test/kernel_trace_records, where CUPTI is), read back."""
 import os
 import re
 import subprocess
@@ -119,6 +120,30 @@ class StepTraceTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(f"line {len(RECORDS) + 3}: 'kernel", r.stderr)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+
+
+RECORDS_BIN = os.path.join(ROOT, "test", "kernel_trace_records")
+
+
+@unittest.skipUnless(os.access(RECORDS_BIN, os.X_OK), "test/kernel_trace_records not built (make test builds it where CUPTI is)")
+class KernelTraceLinesTest(unittest.TestCase):
+    def test_what_the_library_writes_is_what_step_trace_reads(self):
+        r = subprocess.run([RECORDS_BIN], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # the records test/kernel_trace_records.cpp makes, as scripts/kernel_trace.cpp's header says they are written
+        self.assertEqual(r.stdout.splitlines(), ["kernel\t1000\t5000\t7\tvoid attention_kernel<64>(float const*, int)",
+                                                 "kernel\t9000\t9500\t8\tnvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopB_TNT",
+                                                 "memcpy\t5500\t6000\t7\tmemcpy HtoD 4096 B",
+                                                 "memset\t6000\t6100\t7\tmemset 256 B",
+                                                 "api\t6200\t8900\t42\tcudaStreamSynchronize_v3020"])
+        read = run_script(STEP_TRACE, r.stdout + "window\t1\t0\t10000\n")
+        self.assertEqual(read.returncode, 0, read.stderr)
+        # idle: 1000 before the kernel, 500 before the copy, 2900 from the memset to nvjet (the sync,
+        # 6200-8900, covers 2700 of it: 93%), 500 after nvjet: 4900 of 10000 ns
+        self.assertIn("busy 0.005 ms (51.0%), idle 0.005 ms (49.0%); 2 kernels", read.stdout)
+        self.assertRegex(read.stdout, r"\n +2\.9 us  memset -> nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopB_TNT  "
+                                      r"host: cudaStreamSynchronize \(93% of it\)\n")
+        self.assertRegex(read.stdout, r"\n +0\.5 us  attention_kernel -> memcpy HtoD  ")
 
 
 SAMPLES = """clocks.current.sm [MHz], clocks.max.sm [MHz], power.draw [W], utilization.gpu [%], clocks_event_reasons.active
