@@ -2,8 +2,8 @@
 PyTorch's nanoGPT recipe (bf16 autocast, causal F.scaled_dot_product_attention, fused AdamW,
 torch.compile), on the same llm.c token file. Prints each step's loss and time, then one line:
 
-  bench peer PyTorch d12 B=64 T=1024 (torch 2.11.0, cuda, compile 1): 126.0 ms/step (median of steps 4-30),
-      520145 tok/s; peak 27000.0 MiB allocated, 28900.0 MiB reserved, 29500.0 MiB in use on the GPU
+  bench peer PyTorch d12 B=64 T=1024 (torch VERSION, cuda, compile 1): MS ms/step (median of steps 4-30),
+      TOKENS tok/s; peak A MiB allocated, R MiB reserved, U MiB in use on the GPU
 
     python3 scripts/bench_nanogpt.py -e d12 -b 64 -t 1024 -x 30 -i /tmp/bench_tokens.bin --compile 1 --device cuda
 
