@@ -399,7 +399,7 @@ if has bench "${phases[@]}"; then
                 timeout -k 10 "$((secs + 5))" bash scripts/bench_gpu.sh 2>&1 |
                 tee "$logs/bench_$b.log" | while IFS= read -r line; do
                     case $line in
-                        bench*FAILED) say "FAIL  ${line/#bench /bench $b }" ;;
+                        bench*": FAILED"*) say "FAIL  ${line/#bench /bench $b }" ;;  # "FAILED" or "FAILED (why)"
                         bench*"not run (out of time)") say "SKIP  ${line/#bench /bench $b }" ;;
                         bench*) say "${line/#bench /bench $b }" ;;
                         *) say "  $b: $line" ;;  # what a bench line's run said beside it
