@@ -64,6 +64,10 @@ TEST_BINS += candidate-build
 candidate-build: | prerequisites-test
 	$(MAKE) -f kernels/cuda.mk KERNELS=candidate GPU_ARCHS="$(sort 90 $(NVIDIA_SMI_ARCH))" build/candidate/test/test_kernels_cuda
 endif
+# the CUPTI tracer for bench_gpu.sh: make test compiles it, and its lines' test, where CUPTI is (kernels/cuda.mk)
+ifneq ($(and $(CUPTI_INCLUDE),$(CUPTI_LIB_DIR)),)
+TEST_BINS += scripts/kernel_trace.so test/kernel_trace_records
+endif
 endif
 GTEST_MAIN = -lgtest_main
 test/test_zero test/fault_job: GTEST_MAIN =
@@ -104,4 +108,4 @@ gpu-rehearsal:
 
 clean:
 	rm -rf build
-	rm -f train_gpt scripts/bench_host_adamw test/model_logits test/quantize_rows test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32 test/fault_job
+	rm -f train_gpt scripts/bench_host_adamw scripts/kernel_trace.so test/kernel_trace_records test/model_logits test/quantize_rows test/test_ops test/test_ops_noblas test/test_model test/test_model_noblas test/test_zero test/test_formats test/test_training test/test_hellaswag test/test_file_fuzz test/test_kernels_cuda test/test_kernels_cuda_fp32 test/test_zero_cuda test/test_zero_cuda_fp32 test/fault_job

@@ -95,6 +95,25 @@ $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm: $(CUDA_OUT)scr
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LIBS)
 
+# a CUDA injection library (CUPTI's activity API) that records each kernel's start and end during a
+# real run, for scripts/step_trace.py (scripts/bench_gpu.sh traces a d12 step with it). Host code
+# alone, its warnings errors as nvcc's are (NVCC_WERROR). CUPTI's header and library each from the
+# first place that has them: CUPTI_HOME (include/, lib64/ or lib/), the toolkit (itself, extras/CUPTI/,
+# targets/x86_64-linux/), PyTorch's wheels
+CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
+CUPTI_PLACES = $(CUPTI_HOME) $(CUDA_ROOT) $(CUDA_ROOT)/extras/CUPTI $(CUDA_ROOT)/targets/x86_64-linux \
+    $(wildcard /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13 /opt/*/.venv/lib/python3*/site-packages/nvidia/cuda_cupti)
+CUPTI_INCLUDE := $(firstword $(patsubst %/cupti_activity.h,%,$(wildcard $(addsuffix /include/cupti_activity.h,$(CUPTI_PLACES)))))
+CUPTI_LIB_DIR := $(firstword $(patsubst %/,%,$(dir $(wildcard $(foreach p,$(CUPTI_PLACES),$(p)/lib64/libcupti.so* $(p)/lib/libcupti.so*)))))
+CUPTI_LIBS = -L$(CUPTI_LIB_DIR) -Wl,-rpath,$(CUPTI_LIB_DIR) $(if $(wildcard $(CUPTI_LIB_DIR)/libcupti.so),-lcupti,-l:$(notdir $(firstword $(wildcard $(CUPTI_LIB_DIR)/libcupti.so.*))))
+$(CUDA_OUT)scripts/kernel_trace.so: scripts/kernel_trace.cpp
+	@if [ -z "$(CUPTI_INCLUDE)" ] || [ -z "$(CUPTI_LIB_DIR)" ]; then echo "error: $@ needs CUPTI: include/cupti_activity.h$(if $(CUPTI_INCLUDE), (found in $(CUPTI_INCLUDE))) and lib64/ or lib/libcupti.so*$(if $(CUPTI_LIB_DIR), (found in $(CUPTI_LIB_DIR))) under CUPTI_HOME, $(CUDA_ROOT), its extras/CUPTI or targets/x86_64-linux, or a wheel's nvidia/cu13 or nvidia/cuda_cupti" >&2; exit 1; fi
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -shared -fPIC -Wall -Wextra $(if $(NVCC_WERROR),-Werror) -I$(CUPTI_INCLUDE) -I$(CUDA_ROOT)/include $< -o $@ $(CUPTI_LIBS)
+# its lines from records made up on the host, for test/test_step_trace.py (no GPU needed)
+test/kernel_trace_records: test/kernel_trace_records.cpp scripts/kernel_trace.cpp
+	$(CXX) -std=c++17 -O2 -Wall -Wextra $(if $(NVCC_WERROR),-Werror) -I. -I$(CUPTI_INCLUDE) -I$(CUDA_ROOT)/include $< -o $@ $(CUPTI_LIBS)
+
 # the Makefile adds its prerequisites check to this rule
 $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 	@mkdir -p $(@D)
@@ -102,5 +121,5 @@ $(CUDA_OUT)train_gpt: train_gpt.cu $(CUDA_HEADERS)
 
 .PHONY: cuda-clean
 cuda-clean:
-	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm
+	rm -f $(CUDA_TESTS) $(CUDA_OUT)test/bench_kernels_cuda $(CUDA_OUT)train_gpt $(CUDA_OUT)scripts/bench_attention $(CUDA_OUT)scripts/bench_gemm $(CUDA_OUT)scripts/kernel_trace.so test/kernel_trace_records
 	rm -rf build/candidate

@@ -52,9 +52,11 @@
 #   train      60 s  the trainer's own checks on the GPU (default build): test/test_memory_plan_gpu.sh
 #                    (the plan against what the runs take) and test/test_divergence.sh (a NaN model
 #                    refused, a diverging run stopped with exit 3, its checkpoint kept)
-#   bench     220 s  bench_gpu.sh per build, --timeout a run (attention, kernels, GEMMs, d12 and
-#                    its kernel table, d48, both with --gemm-algos, d48's kernel table, offload,
-#                    d24, ZeRO 0-3: the most wanted first)
+#   bench     220 s  bench_gpu.sh per build, --timeout a run, PyTorch's twice that (attention,
+#                    d12 and d48 beside PyTorch's with the clocks, a d12 step traced, kernels,
+#                    GEMMs, d12's kernel table, d12 and d48 with --gemm-algos, d48's kernel table,
+#                    offload, d24, ZeRO 0-3: the most wanted first; PyTorch's compile takes a
+#                    minute or more, so the last runs may not fit: `--only bench --budget 540`)
 #   memcheck  150 s  only with --memcheck; memcheck slows kernels tens of times
 # One build fits a 600 s call; two builds (a candidate kernel in the tree) do not: each phase is
 # halved between them and the fp32 tests, the bf16 ZeRO tests and the later benchmarks run out of
@@ -204,7 +206,7 @@ targets=()
 { has kernels "${phases[@]}" || has memcheck "${phases[@]}"; } && targets+=("${kernels_bins[@]}")
 has zero "${phases[@]}" && [ -n "$mpi" ] && targets+=("${zero_bins[@]}")
 has zero "${phases[@]}" && [ -n "$mpi" ] && [ "$gpus" -ge 2 ] && targets+=(train_gpt)  # d12 over NCCL
-has bench "${phases[@]}" && targets+=(train_gpt scripts/bench_attention scripts/bench_gemm test/bench_kernels_cuda)
+has bench "${phases[@]}" && targets+=(train_gpt scripts/bench_attention scripts/bench_gemm test/bench_kernels_cuda scripts/kernel_trace.so)
 has train "${phases[@]}" && targets+=(train_gpt)
 jobs=$(($(nproc) / ${#builds[@]}))
 declare -A maker=()
@@ -411,7 +413,7 @@ if has bench "${phases[@]}"; then
                 timeout -k 10 "$((secs + 5))" bash scripts/bench_gpu.sh 2>&1 |
                 tee "$logs/bench_$b.log" | while IFS= read -r line; do
                     case $line in
-                        bench*FAILED) say "FAIL  ${line/#bench /bench $b }" ;;
+                        bench*": FAILED"*) say "FAIL  ${line/#bench /bench $b }" ;;  # "FAILED" or "FAILED (why)"
                         bench*"not run (out of time)") say "SKIP  ${line/#bench /bench $b }" ;;
                         bench*) say "${line/#bench /bench $b }" ;;
                         *) say "  $b: $line" ;;  # what a bench line's run said beside it

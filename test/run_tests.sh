@@ -92,7 +92,9 @@ fi
 run_unittest "int8 block quantizer (CPU kernels) vs NumPy" python3 test/test_quantize.py
 run_unittest "data scripts" python3 test/test_data_scripts.py
 run_unittest "Nsight Compute kernel table (scripts/kernel_table.py)" python3 test/test_kernel_table.py
+run_unittest "step trace (scripts/step_trace.py) and GPU clocks (scripts/gpu_clocks.py) on synthetic records" python3 test/test_step_trace.py
 run_unittest "Hugging Face import and export vs transformers' GPT-2" /usr/bin/python3 test/test_hf.py
+run_unittest "PyTorch peer of bench_gpu.sh (scripts/bench_nanogpt.py) vs transformers' GPT-2 and torch's AdamW" env OMP_NUM_THREADS=2 /usr/bin/python3 test/test_bench_nanogpt.py
 # torch and transformers live in the system Python; the data script it calls needs tiktoken
 run_unittest "HellaSwag vs PyTorch on 1 and 2 ranks, plot of a real log" env DATA_PYTHON="$(command -v python3)" \
     /usr/bin/python3 test/test_eval_plot.py
