@@ -84,14 +84,14 @@ struct HopperBackwardTiles {
 };
 // Registers decide the shapes, as above: a thread of a consumer holds 1/128 of each of its
 // 64-row products. Forward: the scores of a key tile (64 x 128 fp32: 64 registers), P (32) and
-// O (HS/2). Backward: S^T and dP^T (64 x query_tile each) and dK, dV (64 x HS each): HS 64 takes
-// queries 128 at a time (64 + 64 + 32 + 32), HS 128 64 at a time (32 + 32 + 64 + 64).
+// O (HS/2). Backward: S^T and dP^T (64 x query_tile each), dK and dV (64 x HS each) and dQ's part
+// (64 x 64): queries 64 at a time (at HS 64, 128 at a time spilled: 64 + 64 + 32 + 32 + 32).
 template <int HS>
 struct HopperTiles;
 template <>
 struct HopperTiles<64> {
     using Forward = HopperForwardTiles<64, 128>;
-    using Backward = HopperBackwardTiles<64, 128>;
+    using Backward = HopperBackwardTiles<64, 64>;
 };
 template <>
 struct HopperTiles<128> {

@@ -67,6 +67,12 @@ HOST_DEVICE inline int a_col(int tid, int j, int e) { return (j >> 1) * 8 + (tid
 // of k-slice j / 4 of the next product's A operand: a product's output is the next one's input
 // without moving between threads (P in P V, P^T and dS^T in dV and dK).
 
+// stmatrix .x4 of a warp's 16 x 16 block of such an operand (registers 4m..4m+3: k-slice m):
+// register j holds the block's rows 8 (j & 1) .., columns 8 (j >> 1) .. (an 8x8 matrix each), and
+// lane gives the address of row stmatrix_row(lane), columns stmatrix_col(lane) .. + 8 of the block
+HOST_DEVICE inline int stmatrix_row(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+HOST_DEVICE inline int stmatrix_col(int lane) { return (lane >> 4) * 8; }
+
 // ----------------------------------------------------------------------------
 // dQ's fp32 staging tile (rows x hs floats, in shared memory and in the global accumulator it is
 // copied to as it is): row-major, each row's 16-byte chunks permuted by the row so that a
@@ -75,5 +81,10 @@ HOST_DEVICE inline int a_col(int tid, int j, int e) { return (j >> 1) * 8 + (tid
 HOST_DEVICE inline int dq_stage_index(int hs, int row, int col) {
     return row * hs + ((((col >> 2) ^ ((row & 3) << 1))) << 2) + (col & 3);
 }
+// the same for accumulator i of a consumer thread writing rows row0.., columns col0.. (multiples
+// of 8) of the tile: the thread's first, dq_stage_index(hs, row0 + acc_row(tid, 0), col0 +
+// acc_col(tid, 0)), plus `base` (a multiple of 64 floats: a staging buffer's), XOR a term known
+// at compile time. One instruction an address, where precomputed addresses took a register each.
+HOST_DEVICE inline int dq_stage_of(int first, int hs, int i) { return (first ^ ((i >> 2) << 3)) + ((i >> 1) & 1) * 8 * hs; }
 
 }  // namespace wgmma

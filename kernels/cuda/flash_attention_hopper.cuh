@@ -57,13 +57,16 @@ struct HopperBackwardSmem {
     static constexpr uint32_t k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + 2 * q_bytes, ds = dout + 2 * q_bytes,
                               dq = ds + BKV * BQ * 2, stats = dq + 2 * dq_bytes, barriers = stats + 4 * BQ * 4;
     static constexpr size_t total = barriers + 9 * sizeof(uint64_t) + wgmma::kSwizzleBytes;
+    // registers a thread after setmaxnreg (3 x 128 threads share 64K): the producer's dQ writers
+    // need more than the forward's 24
+    static constexpr int producer_registers = 40, consumer_registers = 232;
 };
 
 __device__ inline char* align_to_swizzle(char* p) {
     return p + ((wgmma::kSwizzleBytes - (sm90::smem_u32(p) & (wgmma::kSwizzleBytes - 1))) & (wgmma::kSwizzleBytes - 1));
 }
 // one arrival per warp on a barrier that counts warps
-__device__ inline void warp_arrive(uint64_t* bar) {
+__device__ inline void warp_arrive(uint32_t bar) {
     if (threadIdx.x % kWarp == 0) sm90::mbarrier_arrive(bar);
 }
 // wait parity of the n-th use (0, 1, ...) of a two-stage ring's stage, for its "full" barrier;
@@ -103,8 +106,12 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     constexpr int HS = Tiles::HS, BQ = Tiles::query_rows, BK = Tiles::key_tile, CB = HS / wgmma::kBlockCols;
     extern __shared__ char smem_raw[];
     char* smem = align_to_swizzle(smem_raw);
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
-    uint64_t *q_full = bars, *k_full = bars + 1, *k_empty = bars + 3, *v_full = bars + 5, *v_empty = bars + 7;
+    // barriers: Q loaded; K loaded, K free, V loaded, V free by stage
+    const uint32_t bars = smem_u32(smem + L::barriers), q_full = bars;
+    auto k_full = [=](int s) { return bars + 8 * (1 + s); };
+    auto k_empty = [=](int s) { return bars + 8 * (3 + s); };
+    auto v_full = [=](int s) { return bars + 8 * (5 + s); };
+    auto v_empty = [=](int s) { return bars + 8 * (7 + s); };
     int b, h;
     if (!head_of_block(a.NH, a.B, &b, &h)) return;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;  // the longest (last) query blocks start first
@@ -113,10 +120,10 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     if (threadIdx.x == 0) {
         mbarrier_init(q_full, 1);
         for (int s = 0; s < 2; s++) {
-            mbarrier_init(&k_full[s], 1);
-            mbarrier_init(&v_full[s], 1);
-            mbarrier_init(&k_empty[s], 2 * kConsumerThreads / kWarp);
-            mbarrier_init(&v_empty[s], 2 * kConsumerThreads / kWarp);
+            mbarrier_init(k_full(s), 1);
+            mbarrier_init(v_full(s), 1);
+            mbarrier_init(k_empty(s), 2 * kConsumerThreads / kWarp);
+            mbarrier_init(v_empty(s), 2 * kConsumerThreads / kWarp);
         }
         fence_barrier_init();
     }
@@ -131,17 +138,17 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         mbarrier_arrive(q_full);
         for (int j = 0; j < tiles; j++) {
             const int s = j & 1;
-            mbarrier_wait(&k_empty[s], empty_parity(j));
-            mbarrier_expect_bytes(&k_full[s], L::kv_bytes);
+            mbarrier_wait(k_empty(s), empty_parity(j));
+            mbarrier_expect_bytes(k_full(s), L::kv_bytes);
             for (int cb = 0; cb < CB; cb++)
-                tma_load_3d(smem + L::k + s * L::kv_bytes + cb * BK * 128, &qkv_map, a.C + col + cb * 64, j * BK, b, &k_full[s]);
-            mbarrier_arrive(&k_full[s]);
-            mbarrier_wait(&v_empty[s], empty_parity(j));
-            mbarrier_expect_bytes(&v_full[s], L::kv_bytes);
+                tma_load_3d(smem + L::k + s * L::kv_bytes + cb * BK * 128, &qkv_map, a.C + col + cb * 64, j * BK, b, k_full(s));
+            mbarrier_arrive(k_full(s));
+            mbarrier_wait(v_empty(s), empty_parity(j));
+            mbarrier_expect_bytes(v_full(s), L::kv_bytes);
             for (int cb = 0; cb < CB; cb++)
                 tma_load_3d(smem + L::v + s * L::kv_bytes + cb * BK * 128, &qkv_map, 2 * a.C + col + cb * 64, j * BK, b,
-                            &v_full[s]);
-            mbarrier_arrive(&v_full[s]);
+                            v_full(s));
+            mbarrier_arrive(v_full(s));
         }
         return;
     }
@@ -160,8 +167,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 #pragma unroll
     for (int half = 0; half < 2; half++) m[half] = -INFINITY, l[half] = 0.0f;
 
-    auto issue_scores = [&](int stage) {  // S = Q K^T
-        fence_operands(s);
+    auto issue_scores = [&](int stage) {  // S = Q K^T (its old values unread: no fence before)
         wgmma_fence();
         wgmma_product<BK, 0, 0, HS / 16>(
             s, [&](int kk) { return wgmma::k_major(q_addr, BQ, row0, 16 * kk); },
@@ -215,37 +221,37 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 
     float alpha[2];
     mbarrier_wait(q_full, 0);
-    mbarrier_wait(&k_full[0], full_parity(0));
+    mbarrier_wait(k_full(0), full_parity(0));
     issue_scores(0);
     wgmma_wait<0>();
     fence_operands(s);
-    warp_arrive(&k_empty[0]);
+    warp_arrive(k_empty(0));
     softmax(0, tiles == 1, alpha);  // alpha = 0: nothing summed yet
     accumulators_to_operand<BK / 2>(p, s);
     for (int j = 1; j < tiles; j++) {
         const int stage = j & 1, prev = stage ^ 1;
-        mbarrier_wait(&k_full[stage], full_parity(j));
+        mbarrier_wait(k_full(stage), full_parity(j));
         issue_scores(stage);
-        mbarrier_wait(&v_full[prev], full_parity(j - 1));
+        mbarrier_wait(v_full(prev), full_parity(j - 1));
         issue_pv(prev);
         wgmma_wait<1>();  // S done; P V of the previous tile still running
         fence_operands(s);
-        warp_arrive(&k_empty[stage]);
+        warp_arrive(k_empty(stage));
         softmax(j * BK, j == tiles - 1, alpha);
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(p);
-        warp_arrive(&v_empty[prev]);
+        warp_arrive(v_empty(prev));
 #pragma unroll
         for (int i = 0; i < HS / 2; i++) o[i] *= alpha[(i >> 1) & 1];
         accumulators_to_operand<BK / 2>(p, s);
     }
     const int last = (tiles - 1) & 1;
-    mbarrier_wait(&v_full[last], full_parity(tiles - 1));
+    mbarrier_wait(v_full(last), full_parity(tiles - 1));
     issue_pv(last);
     wgmma_wait<0>();
     fence_operands(o);
-    warp_arrive(&v_empty[last]);
+    warp_arrive(v_empty(last));
 
     float inv[2];
 #pragma unroll
@@ -289,8 +295,12 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     extern __shared__ char smem_raw[];
     char* smem = align_to_swizzle(smem_raw);
     float* stats = reinterpret_cast<float*>(smem + L::stats);  // stage s: lse (log2 units) at 2s, D at 2s + 1
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
-    uint64_t *kv_full = bars, *qdo_full = bars + 1, *qdo_empty = bars + 3, *dq_full = bars + 5, *dq_empty = bars + 7;
+    // barriers: K, V loaded; Q, dO, lse, D loaded and free by stage; dQ's part staged and free by buffer
+    const uint32_t bars = smem_u32(smem + L::barriers), kv_full = bars;
+    auto qdo_full = [=](int s) { return bars + 8 * (1 + s); };
+    auto qdo_empty = [=](int s) { return bars + 8 * (3 + s); };
+    auto dq_full = [=](int s) { return bars + 8 * (5 + s); };
+    auto dq_empty = [=](int s) { return bars + 8 * (7 + s); };
     int b, h;
     if (!head_of_block(a.NH, a.B, &b, &h)) return;
     const int key_block = gridDim.x - 1 - blockIdx.x, k0 = key_block * BKV;
@@ -300,17 +310,17 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
         for (int s = 0; s < 2; s++) {
-            mbarrier_init(&qdo_full[s], kWarp);  // the loading warp's lanes, after their lse and D
-            mbarrier_init(&qdo_empty[s], 2 * kConsumerThreads / kWarp);
-            mbarrier_init(&dq_full[s], 2 * kConsumerThreads);  // each consumer thread, after its stores
-            mbarrier_init(&dq_empty[s], 1);
+            mbarrier_init(qdo_full(s), kWarp);  // the loading warp's lanes, after their lse and D
+            mbarrier_init(qdo_empty(s), 2 * kConsumerThreads / kWarp);
+            mbarrier_init(dq_full(s), (HS == 64 ? 1 : 2) * kConsumerThreads);  // the threads that write dQ's part last
+            mbarrier_init(dq_empty(s), 1);
         }
         fence_barrier_init();
     }
     __syncthreads();
 
     if (warpgroup == 0) {
-        registers_release<56>();
+        registers_release<L::producer_registers>();
         if (tid < kWarp) {  // warp 0 loads: K and V once, then Q, dO, lse, D for each query tile
             const int col = h * HS;
             if (tid == 0) {
@@ -323,13 +333,13 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
             }
             for (int i = first, use = 0; i < last; i++, use++) {
                 const int s = use & 1;
-                mbarrier_wait(&qdo_empty[s], empty_parity(use));
+                mbarrier_wait(qdo_empty(s), empty_parity(use));
                 if (tid == 0) {
-                    mbarrier_expect_bytes(&qdo_full[s], 2 * L::q_bytes);
+                    mbarrier_expect_bytes(qdo_full(s), 2 * L::q_bytes);
                     for (int cb = 0; cb < CB; cb++) {
-                        tma_load_3d(smem + L::q + s * L::q_bytes + cb * BQ * 128, &q_map, col + cb * 64, i * BQ, b, &qdo_full[s]);
+                        tma_load_3d(smem + L::q + s * L::q_bytes + cb * BQ * 128, &q_map, col + cb * 64, i * BQ, b, qdo_full(s));
                         tma_load_3d(smem + L::dout + s * L::q_bytes + cb * BQ * 128, &dout_map, col + cb * 64, i * BQ, b,
-                                    &qdo_full[s]);
+                                    qdo_full(s));
                     }
                 }
                 float* lse2 = stats + 2 * s * BQ;
@@ -338,7 +348,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
                     lse2[r] = q < a.T ? a.lse[bh * a.T + q] * attn::kLog2e : INFINITY;  // P = 0 past T
                     lse2[BQ + r] = q < a.T ? a.delta[bh * a.T + q] : 0.0f;
                 }
-                mbarrier_arrive(&qdo_full[s]);
+                mbarrier_arrive(qdo_full(s));
             }
             return;
         }
@@ -353,32 +363,26 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
             float* accumulator = dq.accumulator + (bh * tiles + i) * (size_t)(BQ * HS);
             uint32_t* order = dq.order + bh * tiles + i;
             const uint32_t before = (uint32_t)attn::dq_adds_before(key_block, top);
-            mbarrier_wait(&dq_full[buf], full_parity(use));
+            mbarrier_wait(dq_full(buf), full_parity(use));
             if (key_block == 0) {
                 if (writer == 0)
                     while (load_acquire(order) != before) {
                     }
                 named_barrier(4, kWriters);
-                for (int u = writer; u < BQ * HS / 8; u += kWriters) {
-                    const int r = u / (HS / 8), c = (u % (HS / 8)) * 8, q = i * BQ + r;
-                    float x[8];
-#pragma unroll
-                    for (int half = 0; half < 2; half++) {
-                        const int at = wgmma::dq_stage_index(HS, r, c + 4 * half);
-                        float4 v = *reinterpret_cast<const float4*>(part + at);
-                        if (top > 0) {  // the blocks above have stored or added theirs
-                            const float4 w = __ldcg(reinterpret_cast<const float4*>(accumulator + at));
-                            v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
-                        }
-                        x[4 * half] = v.x, x[4 * half + 1] = v.y, x[4 * half + 2] = v.z, x[4 * half + 3] = v.w;
+#pragma unroll 1  // the writers have few registers (setmaxnreg above)
+                for (int u = writer; u < BQ * HS / 4; u += kWriters) {  // 4 columns at a time
+                    const int r = u / (HS / 4), c = (u % (HS / 4)) * 4, q = i * BQ + r, at = wgmma::dq_stage_index(HS, r, c);
+                    float4 v = *reinterpret_cast<const float4*>(part + at);
+                    if (top > 0) {  // the blocks above have stored or added theirs
+                        const float4 w = __ldcg(reinterpret_cast<const float4*>(accumulator + at));
+                        v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
                     }
                     if (q < a.T)
-                        *reinterpret_cast<uint4*>(a.dqkv + ((size_t)b * a.T + q) * 3 * a.C + h * HS + c) =
-                            make_uint4(pack_bf16(x[0] * scale, x[1] * scale), pack_bf16(x[2] * scale, x[3] * scale),
-                                       pack_bf16(x[4] * scale, x[5] * scale), pack_bf16(x[6] * scale, x[7] * scale));
+                        *reinterpret_cast<uint2*>(a.dqkv + ((size_t)b * a.T + q) * 3 * a.C + h * HS + c) =
+                            make_uint2(pack_bf16(v.x * scale, v.y * scale), pack_bf16(v.z * scale, v.w * scale));
                 }
                 named_barrier(4, kWriters);
-                if (writer == 0) mbarrier_arrive(&dq_empty[buf]);
+                if (writer == 0) mbarrier_arrive(dq_empty(buf));
             } else {
                 while (load_acquire(order) != before) {
                 }
@@ -387,7 +391,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
                 else bulk_add_to_global(accumulator, part, L::dq_bytes);
                 bulk_commit();
                 bulk_wait_read();
-                mbarrier_arrive(&dq_empty[buf]);
+                mbarrier_arrive(dq_empty(buf));
                 bulk_wait_written();
                 fence_async_global();
                 add_release(order, 1);
@@ -396,10 +400,14 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         return;
     }
 
-    // consumer: keys [k0 + key0, k0 + key0 + 64); its dQ products: query rows 64 qb.., hs columns 64 cb..
-    registers_claim<224>();
-    const int consumer = warpgroup - 1, key0 = consumer * 64;
-    const int qb = BQ == 128 ? consumer : 0, cb = BQ == 128 ? 0 : consumer;
+    // consumer: keys [k0 + key0, k0 + key0 + 64). dQ (64 queries x HS) is 64 x 64 products: at HS
+    // 128 a consumer takes columns 64 cb.. over all 128 keys; at HS 64 each takes its own 64 keys,
+    // and the two parts are summed in the staging buffer (consumer 0's, then 1's added)
+    registers_claim<L::consumer_registers>();
+    static_assert(BQ == 64, "dQ's products are 64 query rows");
+    constexpr bool kSplitKeys = HS == 64;
+    const int consumer = warpgroup - 1, key0 = consumer * 64, cb = kSplitKeys ? 0 : consumer;
+    const int dq_keys0 = kSplitKeys ? key0 : 0;
     const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v), ds_addr = smem_u32(smem + L::ds);
     const float sl2 = attn::scale_log2(HS);
     float st[BQ / 2], dpt[BQ / 2], dk[HS / 2], dv[HS / 2], dqp[32];
@@ -417,9 +425,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         const uint32_t q_addr = smem_u32(smem + L::q + s * L::q_bytes), do_addr = smem_u32(smem + L::dout + s * L::q_bytes);
         const float* lse2 = stats + 2 * s * BQ;
         const float* delta = lse2 + BQ;
-        mbarrier_wait(&qdo_full[s], full_parity(use));
-        fence_operands(st);
-        fence_operands(dpt);
+        mbarrier_wait(qdo_full(s), full_parity(use));
         wgmma_fence();
         auto queries = [&](uint32_t tile) { return [=](int kk) { return wgmma::k_major(tile, BQ, 0, 16 * kk); }; };
         auto own_keys = [&](uint32_t tile) { return [=](int kk) { return wgmma::k_major(tile, BKV, key0, 16 * kk); }; };
@@ -430,25 +436,32 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         fence_operands(st);
         fence_operands(dpt);
 
-        // P^T and dS^T / scale, as flash_backward_kv_kernel's, rounded to bf16 as A operands
+        // P^T and dS^T / scale, as flash_backward_kv_kernel's, rounded to bf16 as A operands.
+        // Accumulator i sits acc_row(tid, i) - acc_row(tid, 0) rows and acc_col(tid, i) -
+        // acc_col(tid, 0) columns from the thread's first: offsets known at compile time.
         const bool mask = attn::tile_needs_mask(q0, k0 + key0 + 63);
+        const int key_first = k0 + key0 + wgmma::acc_row(tid, 0), col_first = wgmma::acc_col(tid, 0);
+        const float* lse_first = lse2 + col_first;
+        const float* delta_first = delta + col_first;
 #pragma unroll
         for (int j = 0; j < BQ / 4; j++) {
-            const int key = k0 + key0 + wgmma::acc_row(tid, 2 * j), col = wgmma::acc_col(tid, 2 * j);
-            const float2 l2 = *reinterpret_cast<const float2*>(lse2 + col), d2 = *reinterpret_cast<const float2*>(delta + col);
+            const int dr = wgmma::acc_row(0, 2 * j), dc = wgmma::acc_col(0, 2 * j);
+            const float2 l2 = *reinterpret_cast<const float2*>(lse_first + dc), d2 = *reinterpret_cast<const float2*>(delta_first + dc);
             float p0 = attn::prob_from_lse(st[2 * j] * sl2, l2.x), p1 = attn::prob_from_lse(st[2 * j + 1] * sl2, l2.y);
-            if (mask && !attn::key_visible(q0 + col, key)) p0 = 0.0f;
-            if (mask && !attn::key_visible(q0 + col + 1, key)) p1 = 0.0f;
+            if (mask && !attn::key_visible(q0 + col_first + dc, key_first + dr)) p0 = 0.0f;
+            if (mask && !attn::key_visible(q0 + col_first + dc + 1, key_first + dr)) p1 = 0.0f;
             pt[j] = pack_bf16(p0, p1);
             dst[j] = pack_bf16(attn::softmax_grad(p0, dpt[2 * j], d2.x), attn::softmax_grad(p1, dpt[2 * j + 1], d2.y));
         }
 
-        // dS^T to shared memory for dQ, once both consumers' dQ products of the last tile are done with it
+        // dS^T to shared memory for dQ, once both consumers' dQ products of the last tile are done
+        // with it: a 16 x 16 block a warp at a time
         named_barrier(3, 2 * kConsumerThreads);
+        const int lane = tid % kWarp, st_row = key0 + (tid / kWarp) * 16 + wgmma::stmatrix_row(lane);
 #pragma unroll
-        for (int j = 0; j < BQ / 4; j++)
-            *reinterpret_cast<uint32_t*>(smem + L::ds +
-                                         wgmma::tile_offset(BKV, key0 + wgmma::acc_row(tid, 2 * j), wgmma::acc_col(tid, 2 * j))) = dst[j];
+        for (int m = 0; m < BQ / 16; m++)
+            stmatrix_x4(ds_addr + wgmma::tile_offset(BKV, st_row, 16 * m + wgmma::stmatrix_col(lane)), dst[4 * m], dst[4 * m + 1],
+                        dst[4 * m + 2], dst[4 * m + 3]);
         fence_async_shared();
 
         fence_operands(dv);
@@ -465,11 +478,10 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         wgmma_commit();
 
         named_barrier(3, 2 * kConsumerThreads);  // all of dS^T written
-        fence_operands(dqp);
         wgmma_fence();
-        wgmma_product<64, 1, 1, BKV / 16>(  // this consumer's 64 x 64 of dQ = dS K
-            dqp, [&](int kk) { return wgmma::mn_major(ds_addr, BKV, 16 * kk, 64 * qb); },
-            [&](int kk) { return wgmma::mn_major(k_addr, BKV, 16 * kk, 64 * cb); });
+        wgmma_product<64, 1, 1, (kSplitKeys ? 64 : BKV) / 16>(  // this consumer's 64 x 64 of dQ = dS K
+            dqp, [&](int kk) { return wgmma::mn_major(ds_addr, BKV, dq_keys0 + 16 * kk, 0); },
+            [&](int kk) { return wgmma::mn_major(k_addr, BKV, dq_keys0 + 16 * kk, 64 * cb); });
         wgmma_commit();
         wgmma_wait<0>();
         fence_operands(dqp);
@@ -477,33 +489,39 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         fence_operands(dk);
         fence_operands(pt);
         fence_operands(dst);
-        warp_arrive(&qdo_empty[s]);
+        warp_arrive(qdo_empty(s));
 
         // dQ's part to the staging buffer for the producer's writers
         const int buf = use & 1;
-        float* part = reinterpret_cast<float*>(smem + L::dq + buf * L::dq_bytes);
-        mbarrier_wait(&dq_empty[buf], empty_parity(use));
+        float* parts = reinterpret_cast<float*>(smem + L::dq);
+        const int first_in_buf = buf * BQ * HS + wgmma::dq_stage_index(HS, wgmma::acc_row(tid, 0), 64 * cb + wgmma::acc_col(tid, 0));
+        mbarrier_wait(dq_empty(buf), empty_parity(use));
+        if (kSplitKeys && consumer == 1) named_barrier(3, 2 * kConsumerThreads);  // consumer 0's part is in
 #pragma unroll
-        for (int k = 0; k < 32; k += 2)
-            *reinterpret_cast<float2*>(part + wgmma::dq_stage_index(HS, 64 * qb + wgmma::acc_row(tid, k), 64 * cb + wgmma::acc_col(tid, k))) =
-                make_float2(dqp[k], dqp[k + 1]);
+        for (int k = 0; k < 32; k += 2) {
+            float2* at = reinterpret_cast<float2*>(parts + wgmma::dq_stage_of(first_in_buf, HS, k));
+            if (kSplitKeys && consumer == 1) *at = make_float2(at->x + dqp[k], at->y + dqp[k + 1]);
+            else *at = make_float2(dqp[k], dqp[k + 1]);
+        }
+        if (kSplitKeys && consumer == 0) named_barrier(3, 2 * kConsumerThreads);
         fence_async_shared();
-        mbarrier_arrive(&dq_full[buf]);
+        if (!kSplitKeys || consumer == 1) mbarrier_arrive(dq_full(buf));
     }
 
     // dK (times the scale) and dV through the consumer's own K and V rows, once neither
-    // consumer's dQ products read K any more
+    // consumer's dQ products read K any more (the thread's place computed anew: registers)
     named_barrier(3, 2 * kConsumerThreads);
+    const int thread = thread_index_reread(), own = thread / kConsumerThreads - 1, own_key0 = own * 64;
     const float scale = 1.0f / sqrtf((float)HS), scaled[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    store_accumulators<HS>(smem + L::k, BKV, key0, dk, scaled, tid);
-    store_accumulators<HS>(smem + L::v, BKV, key0, dv, one, tid);
+    store_accumulators<HS>(smem + L::k, BKV, own_key0, dk, scaled, thread % kConsumerThreads);
+    store_accumulators<HS>(smem + L::v, BKV, own_key0, dv, one, thread % kConsumerThreads);
     fence_async_shared();
-    named_barrier(1 + consumer, kConsumerThreads);
-    if (tid == 0) {
+    named_barrier(1 + own, kConsumerThreads);
+    if (thread % kConsumerThreads == 0) {
         for (int c = 0; c < CB; c++) {
-            const int at = (c * BKV + key0) * 128;
-            tma_store_3d(&dqkv_map, a.C + h * HS + c * 64, k0 + key0, b, smem + L::k + at);
-            tma_store_3d(&dqkv_map, 2 * a.C + h * HS + c * 64, k0 + key0, b, smem + L::v + at);
+            const int at = (c * BKV + own_key0) * 128;
+            tma_store_3d(&dqkv_map, a.C + h * HS + c * 64, k0 + own_key0, b, smem + L::k + at);
+            tma_store_3d(&dqkv_map, 2 * a.C + h * HS + c * 64, k0 + own_key0, b, smem + L::v + at);
         }
         bulk_commit();
         bulk_wait_read();

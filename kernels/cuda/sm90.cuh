@@ -22,31 +22,32 @@ namespace sm90 {
 __device__ inline uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // ----------------------------------------------------------------------------
-// mbarriers: a phase completes when its arrivals are all in and the bytes it expects have landed
+// mbarriers (by shared-memory address: 32 bits, where a pointer takes two registers): a phase
+// completes when its arrivals are all in and the bytes it expects have landed
 
-__device__ inline void mbarrier_init(uint64_t* bar, int arrivals) {
-    SM90_BODY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(arrivals) : "memory");)
+__device__ inline void mbarrier_init(uint32_t bar, int arrivals) {
+    SM90_BODY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");)
 }
 // the barriers' initialisation made visible to the copy engine (then a block barrier for the threads)
 __device__ inline void fence_barrier_init() {
     SM90_BODY(asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");)
 }
-__device__ inline void mbarrier_arrive(uint64_t* bar) {
-    SM90_BODY(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");)
+__device__ inline void mbarrier_arrive(uint32_t bar) {
+    SM90_BODY(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");)
 }
 // the phase also waits for `bytes` more from copies that complete on it (no arrival)
-__device__ inline void mbarrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
-    SM90_BODY(asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");)
+__device__ inline void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+    SM90_BODY(asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");)
 }
 // until the phase of this parity has completed (a fresh barrier counts parity 1 as completed)
-__device__ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+__device__ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
     SM90_BODY(asm volatile(
         "{\n"
         ".reg .pred done;\n"
         "wait_%=:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra wait_%=;\n"
-        "}\n" ::"r"(smem_u32(bar)),
+        "}\n" ::"r"(bar),
         "r"(parity)
         : "memory");)
 }
@@ -55,11 +56,11 @@ __device__ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // bulk copies
 
 // a box of a tensor map (coordinates innermost first) into shared memory, completing on bar
-__device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+__device__ inline void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
     SM90_BODY(asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
             smem_u32(dst)),
-        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");)
 }
 // shared memory into a box of a tensor map; rows past the tensor's end are left out
@@ -104,6 +105,13 @@ __device__ inline void add_release(uint32_t* p, uint32_t v) {
 // ----------------------------------------------------------------------------
 // warps and warpgroups
 
+// threadIdx.x read anew (volatile: not merged with an earlier read), so that values derived
+// from it after a long loop are computed there instead of held in registers through the loop
+__device__ inline uint32_t thread_index_reread() {
+    uint32_t t;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+    return t;
+}
 // a barrier among `threads` threads of the block (a multiple of 32) under id (1..15; 0 is
 // __syncthreads's)
 __device__ inline void named_barrier(int id, int threads) {
@@ -117,6 +125,15 @@ __device__ inline void registers_release() {
 template <int REGISTERS>
 __device__ inline void registers_claim() {
     SM90_BODY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));)
+}
+
+// Four 8x8 bf16 matrices to shared memory: lanes 8i..8i+7 give the addresses of the 8 rows
+// (16 bytes each) of matrix i, whose elements (lane / 4, 2 (lane % 4) + {0, 1}) come from
+// register i of each lane (ldmatrix the other way round)
+__device__ inline void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    SM90_BODY(asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+                           "r"(r3)
+                           : "memory");)
 }
 
 // ----------------------------------------------------------------------------
