@@ -137,7 +137,7 @@ void sweep(const Buffers& b, double fwd_flop, double bwd_flop) {
 }
 #endif
 
-#ifdef KERNELS_CANDIDATE
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
 // the sm_80 kernels (flash_attention.cuh) on the same buffers, against the sm_90a ones that
 // attention_forward/backward just ran (fwd, bwd: their times); the outputs of the two differ by
 // rounding only (another summation order)

@@ -646,20 +646,16 @@ TEST_F(Cuda, AttentionTrainingShapes) {
 // The sm_90a kernels (flash_attention_hopper.cuh), where this GPU runs them, at their head sizes
 // 64 and 128 (80 takes the sm_80 kernels: checked too), with kAttention's tolerance as above: the
 // same bf16 inputs, P and dS rounded to bf16 before their products, fp32 sums in another order.
-class CudaHopper : public Cuda {
-protected:
-    void SetUp() override {
-        Cuda::SetUp();
-        if (!IsSkipped() && !gpu::hopper_attention_present_cached()) GTEST_SKIP() << "no sm_90 GPU with this build's sm_90a image";
-    }
-};
+#define SKIP_WITHOUT_HOPPER() \
+    if (!gpu::hopper_attention_present_cached()) GTEST_SKIP() << "no sm_90 GPU with this build's sm_90a image"
 // the run takes the kernels it should at these heads
 void expect_hopper_kernels(int C, int NH, bool hopper) {
     const std::string said = gpu::attention_kernels_said(C, NH);
     EXPECT_EQ(said.find("sm_90a") != std::string::npos, hopper) << said;
 }
 
-TEST_F(CudaHopper, Attention) {
+TEST_F(Cuda, AttentionHopper) {
+    SKIP_WITHOUT_HOPPER();
     expect_hopper_kernels(768, 12, true);
     check_attention(2, 1024, 768, 12);   // d12's heads (hs 64)
     check_attention(1, 1000, 1600, 25);  // d48's, T not a multiple of any tile
@@ -673,7 +669,8 @@ TEST_F(CudaHopper, Attention) {
     expect_hopper_kernels(160, 2, false);
     check_attention(1, 200, 160, 2);     // hs 80: the sm_80 kernels
 }
-TEST_F(CudaHopper, AttentionManyHeads) {
+TEST_F(Cuda, AttentionHopperManyHeads) {
+    SKIP_WITHOUT_HOPPER();
     check_attention(2731, 2, 1536, 24);  // B * NH = 65544: past gridDim.y
 }
 
@@ -700,7 +697,8 @@ std::vector<float> wide_score_qkv(int B, int T, int C, int NH, uint32_t seed) {
             }
     return qkv;
 }
-TEST_F(CudaHopper, AttentionWideScoresAndSinks) {
+TEST_F(Cuda, AttentionHopperWideScoresAndSinks) {
+    SKIP_WITHOUT_HOPPER();
     for (const auto& [B, T, C, NH] : std::vector<std::tuple<int, int, int, int>>{{1, 1000, 768, 12}, {1, 1024, 1536, 12}, {2, 300, 128, 2}}) {
         const std::vector<float> qkv = wide_score_qkv(B, T, C, NH, 37);
         // the inputs do what they say: row T - 1 of head 0 spans +-30 and gives the sink most of its weight
@@ -722,6 +720,7 @@ TEST_F(CudaHopper, AttentionWideScoresAndSinks) {
         check_attention_on(qkv, random_vec((size_t)B * T * C, -1, 1, 38), B, T, C, NH);
     }
 }
+#undef SKIP_WITHOUT_HOPPER
 #endif
 
 // ----------------------------------------------------------------------------
