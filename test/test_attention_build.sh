@@ -74,7 +74,12 @@ n=$(echo "$creport" | grep hopper_ | grep -c sm_90a)
 while read -r name arch regs frame; do
     [[ $name == *hopper_* || $name == *flash_* || $name == *attention_backward_delta* ]] || continue
     pretty=$(echo "$name" | c++filt | sed 's/(CUtensorMap_st.*//; s/(gpu::FlashArgs)//; s/void gpu:://')
-    [[ $name == *hopper_* && $arch == *sm_90a* ]] && echo "candidate $arch $regs registers at entry: $pretty ($frame)" | sed "s/'//g"
+    if [[ $name == *hopper_* && $arch == *sm_90a* ]]; then
+        echo "candidate $arch $regs registers at entry: $pretty ($frame)" | sed "s/'//g"
+        # setmaxnreg hands the producer's registers to the consumers within the block's
+        # 384 x 168 (24 x 128 + 240 x 256 forward, 40 x 128 + 232 x 256 backward)
+        [ "$regs" -eq 168 ] || { echo "FAIL: $pretty starts with $regs registers a thread, not the 168 its setmaxnreg counts assume"; fail=1; }
+    fi
     if ! echo "$frame" | grep -q '0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads'; then
         echo "FAIL: candidate $pretty for $arch spills: $frame"; fail=1
     fi
