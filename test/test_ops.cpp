@@ -471,15 +471,15 @@ void replay_backward(const AttentionInputs& in, const std::vector<float>& out, c
         }
 }
 
-template <int HS>
-void check_attention_replay(int T) {
-    using Tiles = attn::FlashTiles<HS>;
-    SCOPED_TRACE(testing::Message() << "tile shapes of hs " << HS << ", T=" << T);
-    AttentionInputs in{2, T, 16, 2, 8, random_floats((size_t)2 * T * 3 * 16, 70 + T, -2.0f, 2.0f),
-                       random_floats((size_t)2 * T * 16, 80 + T), std::vector<float>(8, 0.0f)};
+// a schedule's replayed forward (and its log-sum-exp) and backward (replay_backward_of(in, out,
+// lse, &dqkv)) against the CPU attention, on inputs from seed
+template <class Forward, class ReplayBackward>
+void check_replay(int T, uint32_t seed, const ReplayBackward& replay_backward_of) {
+    AttentionInputs in{2, T, 16, 2, 8, random_floats((size_t)2 * T * 3 * 16, seed + T, -2.0f, 2.0f),
+                       random_floats((size_t)2 * T * 16, seed + 10 + T), std::vector<float>(8, 0.0f)};
     std::vector<float> out, lse, dqkv, want_out((size_t)in.B * T * in.C), att(cpu::attention_saved_floats(in.B, T, in.NH));
     std::vector<float> want_dqkv(in.qkv.size());
-    replay_forward<typename Tiles::Forward>(in, &out, &lse);
+    replay_forward<Forward>(in, &out, &lse);
     cpu::attention_forward(want_out.data(), att.data(), in.qkv.data(), in.B, T, in.C, in.NH);
     EXPECT_LE(tolerance_ratio(out.data(), want_out.data(), out.size(), 1e-5, 1e-5, "replayed forward"), 1.0);
     // lse: the first probability of each row, exp(s_0 * scale - lse), is the CPU's
@@ -492,9 +492,19 @@ void check_attention_replay(int T) {
                 want_p0[r] = att[r * T];
             }
     EXPECT_LE(tolerance_ratio(p0.data(), want_p0.data(), p0.size(), 1e-5, 1e-6, "replayed log-sum-exp"), 1.0);
-    replay_backward<typename Tiles::BackwardKV, typename Tiles::BackwardQ>(in, want_out, lse, &dqkv);
+    replay_backward_of(in, want_out, lse, &dqkv);
     cpu::attention_backward(want_dqkv.data(), in.dout.data(), in.qkv.data(), att.data(), in.B, T, in.C, in.NH);
     EXPECT_LE(tolerance_ratio(dqkv.data(), want_dqkv.data(), dqkv.size(), 1e-4, 1e-5, "replayed backward"), 1.0);
+}
+
+template <int HS>
+void check_attention_replay(int T) {
+    using Tiles = attn::FlashTiles<HS>;
+    SCOPED_TRACE(testing::Message() << "tile shapes of hs " << HS << ", T=" << T);
+    check_replay<typename Tiles::Forward>(T, 70, [](const AttentionInputs& in, const std::vector<float>& out, const std::vector<float>& lse,
+                                                    std::vector<float>* dqkv) {
+        replay_backward<typename Tiles::BackwardKV, typename Tiles::BackwardQ>(in, out, lse, dqkv);
+    });
 }
 
 TEST(AttentionTiles, ReplayedScheduleIsCpuAttention) {
@@ -550,19 +560,13 @@ template <int HS>
 void check_hopper_attention_replay(int T) {
     using Tiles = attn::HopperTiles<HS>;
     SCOPED_TRACE(testing::Message() << "Hopper tile shapes of hs " << HS << ", T=" << T);
-    AttentionInputs in{2, T, 16, 2, 8, random_floats((size_t)2 * T * 3 * 16, 170 + T, -2.0f, 2.0f),
-                       random_floats((size_t)2 * T * 16, 180 + T), std::vector<float>(8, 0.0f)};
-    std::vector<float> out, lse, dqkv, want_out((size_t)in.B * T * in.C), att(cpu::attention_saved_floats(in.B, T, in.NH));
-    std::vector<float> want_dqkv(in.qkv.size());
-    replay_forward<typename Tiles::Forward>(in, &out, &lse);
-    cpu::attention_forward(want_out.data(), att.data(), in.qkv.data(), in.B, T, in.C, in.NH);
-    EXPECT_LE(tolerance_ratio(out.data(), want_out.data(), out.size(), 1e-5, 1e-5, "replayed Hopper forward"), 1.0);
-    // dK and dV from the key blocks' sums (replay_backward's), dQ from the ordered accumulation
-    using Bw = typename Tiles::Backward;
-    replay_backward<Bw, attn::BackwardQTiles<HS, 1, 16>>(in, want_out, lse, &dqkv);
-    replay_hopper_dq<Bw>(in, want_out, lse, &dqkv);
-    cpu::attention_backward(want_dqkv.data(), in.dout.data(), in.qkv.data(), att.data(), in.B, T, in.C, in.NH);
-    EXPECT_LE(tolerance_ratio(dqkv.data(), want_dqkv.data(), dqkv.size(), 1e-4, 1e-5, "replayed Hopper backward"), 1.0);
+    check_replay<typename Tiles::Forward>(T, 170, [](const AttentionInputs& in, const std::vector<float>& out, const std::vector<float>& lse,
+                                                     std::vector<float>* dqkv) {
+        // dK and dV from the key blocks' sums (replay_backward's; its dQ overwritten), dQ from the ordered accumulation
+        using Bw = typename Tiles::Backward;
+        replay_backward<Bw, attn::BackwardQTiles<HS, 1, 16>>(in, out, lse, dqkv);
+        replay_hopper_dq<Bw>(in, out, lse, dqkv);
+    });
 }
 
 TEST(AttentionTiles, ReplayedHopperScheduleIsCpuAttention) {
