@@ -56,7 +56,8 @@ TEST_BINS += test/test_kernels_cuda
 test/test_kernels_cuda: | prerequisites-test
 # kernels no GPU has run yet compile (and, on a GPU, are tested) in a build of their own; here
 # its kernel tests alone (they hold train_gpt.cu and every kernel), for sm_90 (the H200 the
-# candidates first run on) and this machine's GPU: a minute, not three (scripts/gpu_check.sh
+# candidates first run on; sm_90a in this build, kernels/cuda.mk) and this machine's GPU: a
+# minute, not three (scripts/gpu_check.sh
 # builds all of it on the GPU machine)
 ifneq ($(KERNEL_CANDIDATES),)
 TEST_BINS += candidate-build

@@ -716,6 +716,9 @@ private:
                    Backend::name, world, cfg.zero_stage, shard_groups_said().c_str(), B, T, total_batch, accum, max_steps, cfg.warmup);
             printf("train %zu tokens in %zu file(s)%s\n", train_data->total_tokens(), train_data->files().size(),
                    cfg.shuffle ? ", shuffled each epoch" : "");
+#ifdef KERNELS_CANDIDATE
+            printf("attention: %s\n", Backend::attention_kernels(mc.channels, mc.num_heads).c_str());
+#endif
             note_inapplicable_flags<Backend>(cfg);
             if (!cfg.gemm_algos.empty())
                 printf("GEMM algorithms: %s names %zu shape(s); the others run cuBLASLt's first\n", cfg.gemm_algos.c_str(),

@@ -61,6 +61,44 @@ struct FlashTiles<128> {
     using BackwardQ = BackwardQTiles<128, 4, 32>;
 };
 
+// Hopper (sm_90a, kernels/cuda/flash_attention_hopper.cuh): a consumer warpgroup (4 warps) owns
+// 64 rows of a product (wgmma m64nNk16); a block has two consumers and a producer warpgroup that
+// loads the tiles. The names follow the warp-level shapes above (a consumer in place of a warp),
+// so that one host replay covers both.
+//
+// forward: 128 query rows, keys key_tile at a time, two stages deep. The key tile equals the
+// query rows, so each consumer sees every tile its block loads (none is wholly above its rows).
+template <int HS_, int KEY_TILE>
+struct HopperForwardTiles {
+    static constexpr int HS = HS_, key_tile = KEY_TILE, stages = 2;
+    static constexpr int warps = 2, rows_per_warp = 64, query_rows = warps * rows_per_warp;
+    static_assert(KEY_TILE == query_rows, "each consumer must see every key tile of its block");
+};
+// backward: a block owns 128 keys, 64 a consumer, and streams the queries at or after its first
+// key, query_tile at a time; each tile's dQ is summed over the key blocks (dq_last_key_block)
+template <int HS_, int QUERY_TILE>
+struct HopperBackwardTiles {
+    static constexpr int HS = HS_, query_tile = QUERY_TILE, stages = 2;
+    static constexpr int warps = 2, keys_per_warp = 64, key_rows = warps * keys_per_warp;
+    static_assert(key_rows % QUERY_TILE == 0 && QUERY_TILE % 64 == 0, "a key block starts on a query tile");
+};
+// Registers decide the shapes, as above: a thread of a consumer holds 1/128 of each of its
+// 64-row products. Forward: the scores of a key tile (64 x 128 fp32: 64 registers), P (32) and
+// O (HS/2). Backward: S^T and dP^T (64 x query_tile each), dK and dV (64 x HS each) and dQ's part
+// (64 x 64): queries 64 at a time (at HS 64, 128 at a time spilled: 64 + 64 + 32 + 32 + 32).
+template <int HS>
+struct HopperTiles;
+template <>
+struct HopperTiles<64> {
+    using Forward = HopperForwardTiles<64, 128>;
+    using Backward = HopperBackwardTiles<64, 64>;
+};
+template <>
+struct HopperTiles<128> {
+    using Forward = HopperForwardTiles<128, 128>;
+    using Backward = HopperBackwardTiles<128, 64>;
+};
+
 // ----------------------------------------------------------------------------
 // which tiles a block visits
 
@@ -80,6 +118,19 @@ HOST_DEVICE inline int query_tiles(int T, int query_tile) { return (T + query_ti
 // nothing visible (skip the product) / some keys past some queries (apply the mask)
 HOST_DEVICE inline bool tile_all_masked(int q_last, int k_first) { return k_first > q_last; }
 HOST_DEVICE inline bool tile_needs_mask(int q_first, int k_last) { return k_last > q_first; }
+
+// Hopper backward's dQ, deterministic in one kernel: query tile i's dQ is the sum of the parts of
+// key blocks 0..dq_last_key_block(i) (those whose queries reach tile i), added in a fixed order,
+// highest key block first. The highest stores its part in a global fp32 accumulator; each
+// lower one adds its own once the counter of tile i says that all above it have
+// (dq_adds_before); key block 0 adds the accumulator to its part in registers and writes dQ.
+// Tile i is the highest block's first tile and a lower block's later one, so the order follows
+// the work: a block seldom waits, and never for a block launched after it (the grid launches the
+// highest key blocks first).
+HOST_DEVICE inline int dq_last_key_block(int query_tile_index, int query_tile, int key_rows) {
+    return query_tile_index * query_tile / key_rows;
+}
+HOST_DEVICE inline int dq_adds_before(int key_block, int last_key_block) { return last_key_block - key_block; }
 
 // ----------------------------------------------------------------------------
 // online softmax, one row at a time: the running maximum m (log2 units) and the running sum of

@@ -27,6 +27,7 @@ struct CpuBackend {
     static constexpr const char* name = "cpu";
     static constexpr bool has_master_weights = false;  // fp32 params are their own master copy
     static std::string device_name() { return "cpu"; }
+    static std::string attention_kernels(int, int) { return "CPU loops (kernels/cpu/attention.h)"; }
 
     // memory: "device" memory is host memory here
     static void* alloc(size_t bytes) {

@@ -13,7 +13,7 @@ MPICXX ?= mpicxx
 PRECISION ?= BF16
 NVIDIA_SMI_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
 GPU_ARCHS ?= $(sort 80 90 $(NVIDIA_SMI_ARCH))
-NVCC_ARCH_FLAGS = $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+NVCC_ARCH_FLAGS = $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 
 ifeq ($(PRECISION),FP32)
   NVCC_PRECISION = -DENABLE_FP32
@@ -27,12 +27,16 @@ endif
 # kernels/cuda/) in place of the default ones, into build/candidate/ under the same names. Once a
 # GPU run shows a candidate correct and faster it becomes the default and the old kernel goes.
 KERNELS ?= default
+# The candidate build compiles sm_90 as sm_90a (wgmma and setmaxnreg exist only there; every
+# sm_90 GPU runs it), for flash_attention_hopper.cuh.
 ifeq ($(KERNELS),candidate)
   NVCC_KERNELS = -DKERNELS_CANDIDATE
   CUDA_OUT = build/candidate/
+  CUDA_ARCHS = $(patsubst 90,90a,$(GPU_ARCHS))
 else ifeq ($(KERNELS),default)
   NVCC_KERNELS =
   CUDA_OUT =
+  CUDA_ARCHS = $(GPU_ARCHS)
 else
   $(error KERNELS must be default or candidate, not $(KERNELS))
 endif

@@ -199,6 +199,8 @@ struct CudaBackend {
         gpu::matmul_backward(dinp, g.w_fc, fc_dbias_done ? nullptr : g.b_fc, dpre_gelu, inp, w_fc, N, C, 4 * C, g.zeroed);
     }
     static size_t attention_saved_floats(int B, int T, int NH) { return gpu::attention_saved_floats(B, T, NH); }
+    // which attention kernels runs at these heads take (the run's setup line)
+    static std::string attention_kernels(int C, int NH) { return gpu::attention_kernels_said(C, NH); }
     static void attention_forward(floatX* out, float* saved, const floatX* qkv, int B, int T, int C, int NH) {
         gpu::attention_forward(out, saved, qkv, B, T, C, NH);
     }
@@ -300,7 +302,7 @@ struct CudaBackend {
     static size_t scratch_bytes(const OpShapes& s) {
         const int BT = s.B * s.T;
         return std::max({gpu::matmul_backward_scratch_bytes(BT, s.widest_bias), gpu::layernorm_backward_scratch_bytes(BT, s.C),
-                         gpu::attention_backward_scratch_bytes(s.B, s.T, s.NH), gpu::encoder_backward_scratch_bytes(s.B, s.T, s.C),
+                         gpu::attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH), gpu::encoder_backward_scratch_bytes(s.B, s.T, s.C),
                          gpu::grad_norm_scratch_bytes(), conversion_scratch_bytes(s.largest_conversion)});
     }
     static BackendMemory planned_memory(const OpShapes& s) {

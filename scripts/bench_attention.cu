@@ -3,11 +3,15 @@
 // hundreds of MB, do not fit in L2). TFLOP/s count the causal work as ../shared/gpu_baseline.md
 // does: forward 2·B·NH·T²·hs, backward 2.5 times that. Also checks that backward gives the same
 // bits twice. Built by kernels/cuda.mk (scripts/bench_attention), run by scripts/bench_gpu.sh.
-//   bench_attention           the two shapes, each kernel of backward on its own line
+//   bench_attention           the three shapes, each kernel of backward on its own line
 //   bench_attention --sweep   (bf16) also other tile shapes of the same kernels, to choose them
+// The candidate build (KERNELS=candidate) on an sm_90 GPU also times the sm_80 kernels beside
+// the sm_90a ones that attention_forward/backward take there, checks that the two agree, and
+// that the sm_90a backward gives the same bits twice.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "scripts/bench_cuda.cuh"
@@ -43,6 +47,16 @@ struct Buffers {
         return h;
     }
 };
+
+// which kernels attention_forward/backward take at this shape (the candidate build says)
+std::string kernels_said(const Shape& s) {
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+    return " (" + gpu::attention_kernels_said(s.NH * s.hs, s.NH) + ")";
+#else
+    (void)s;
+    return "";
+#endif
+}
 
 #ifndef ENABLE_FP32
 gpu::FlashArgs flash_args(const Buffers& b) {
@@ -123,6 +137,29 @@ void sweep(const Buffers& b, double fwd_flop, double bwd_flop) {
 }
 #endif
 
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+// the sm_80 kernels (flash_attention.cuh) on the same buffers, against the sm_90a ones that
+// attention_forward/backward just ran (fwd, bwd: their times); the outputs of the two differ by
+// rounding only (another summation order)
+void compare_with_sm80(const Buffers& b, float fwd, float bwd, double fwd_flop, double bwd_flop) {
+    const Shape& s = b.s;
+    const gpu::FlashArgs a = flash_args(b);
+    gpu::attention_forward(b.out, b.lse, b.qkv, s.B, s.T, b.C, s.NH);
+    gpu::attention_backward(b.dqkv, b.dout, b.qkv, b.out, b.lse, s.B, s.T, b.C, s.NH);
+    const std::vector<float> out_new = to_floats(b.out, b.n), dqkv_new = to_floats(b.dqkv, b.n3);
+    const float fwd_old = median_ms([&] { gpu::flash_attention_forward(a); });
+    const float out_diff = relative_difference(b.out, out_new);
+    const float bwd_old = median_ms([&] {
+        gpu::attention_backward_delta(b.delta, b.dout, b.out, s.B, s.T, b.C, s.NH);
+        gpu::flash_attention_backward(a);
+    });
+    printf("  sm_80 kernels: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f), forward+backward %.3f ms; "
+           "sm_90a takes %.2fx the forward's time, %.2fx the backward's, %.2fx both; outputs differ by %.1e (out), %.1e (dqkv)\n",
+           fwd_old, tflops(fwd_flop, fwd_old), bwd_old, tflops(bwd_flop, bwd_old), fwd_old + bwd_old, fwd / fwd_old, bwd / bwd_old,
+           (fwd + bwd) / (fwd_old + bwd_old), out_diff, relative_difference(b.dqkv, dqkv_new));
+}
+#endif
+
 void bench(Shape s, bool with_sweep) {
     Buffers b(s);
     const double fwd_flop = 2.0 * s.B * s.NH * (double)s.T * s.T * s.hs, bwd_flop = 2.5 * fwd_flop;
@@ -132,9 +169,9 @@ void bench(Shape s, bool with_sweep) {
     CUDA_CHECK(cudaMemset(b.dqkv, 0xff, b.n3 * sizeof(gpu::floatX)));
     gpu::attention_backward(b.dqkv, b.dout, b.qkv, b.out, b.lse, s.B, s.T, b.C, s.NH);
     const bool same = b.dqkv_bytes() == first;
-    printf("bench attention B=%d NH=%d T=%d hs=%d %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f), "
+    printf("bench attention B=%d NH=%d T=%d hs=%d %s%s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f), "
            "forward+backward %.3f ms; backward %s\n",
-           s.B, s.NH, s.T, s.hs, sizeof(gpu::floatX) == 2 ? "bf16" : "fp32", fwd, tflops(fwd_flop, fwd), bwd,
+           s.B, s.NH, s.T, s.hs, sizeof(gpu::floatX) == 2 ? "bf16" : "fp32", kernels_said(s).c_str(), fwd, tflops(fwd_flop, fwd), bwd,
            tflops(bwd_flop, bwd), fwd + bwd, same ? "deterministic (same bits twice)" : "NOT DETERMINISTIC");
 #ifndef ENABLE_FP32
     // backward's three launches on their own: what determinism costs is the dQ kernel's two
@@ -157,6 +194,9 @@ void bench(Shape s, bool with_sweep) {
                "(2/3 of dQ's products)\n",
                delta_ms, kv_ms, q_ms, q_ms * 2.0f / 3.0f);
     }
+#ifdef KERNELS_CANDIDATE
+    if (gpu::hopper_attention_takes(a)) compare_with_sm80(b, fwd, bwd, fwd_flop, bwd_flop);
+#endif
     if (with_sweep && s.hs == 64) sweep(b, fwd_flop, bwd_flop);
 #else
     (void)with_sweep;

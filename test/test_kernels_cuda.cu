@@ -592,10 +592,11 @@ void report_attention_failures(const std::vector<size_t>& failing, int T, int C,
     ADD_FAILURE() << msg.str();
 }
 
-void check_attention(int B, int T, int C, int NH) {
+// forward and backward on these inputs (floatX values) against the CPU attention, and backward
+// twice for the same bits
+void check_attention_on(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH) {
     SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " hs=" << C / NH);
     const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
-    std::vector<float> qkv = random_vec(n3, -1, 1, 30), dout = random_vec(n, -1, 1, 31);
     const AttentionScales scales = attention_scales(qkv, dout, C);
     Dev<X> d_qkv = up(qkv), d_out = up(random_vec(n, -7, 7, 34)), d_dout = up(dout), d_dqkv = up(random_vec(n3, -9, 9, 32));
     Dev<float> d_saved(G::attention_saved_floats(B, T, NH));
@@ -650,6 +651,11 @@ void check_attention(int B, int T, int C, int NH) {
     G::attention_backward(d_dqkv2.p, d_dout.p, d_qkv.p, d_out.p, d_saved.p, B, T, C, NH);
     EXPECT_TRUE(bytes(d_dqkv2) == first) << "attention_backward is not deterministic";
 }
+// on U(-1, 1) inputs
+void check_attention(int B, int T, int C, int NH) {
+    const size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
+    check_attention_on(random_vec(n3, -1, 1, 30), random_vec(n, -1, 1, 31), B, T, C, NH);
+}
 
 TEST_F(Cuda, Attention) {
     check_attention(2, 67, 96, 3);     // hs 32, T not a multiple of the tile
@@ -673,6 +679,91 @@ TEST_F(Cuda, AttentionTrainingShapes) {
     check_attention(1, 1024, 1536, 12);
     check_attention(1, 1000, 1024, 8);
 }
+
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+// The sm_90a kernels (flash_attention_hopper.cuh), where this GPU runs them, at their head sizes
+// 64 and 128 (80 takes the sm_80 kernels: checked too), with kAttention's tolerance as above: the
+// same bf16 inputs, P and dS rounded to bf16 before their products, fp32 sums in another order.
+#define SKIP_WITHOUT_HOPPER() \
+    if (!gpu::hopper_attention_present_cached()) GTEST_SKIP() << "no sm_90 GPU with this build's sm_90a image"
+// the run takes the kernels it should at these heads
+void expect_hopper_kernels(int C, int NH, bool hopper) {
+    const std::string said = gpu::attention_kernels_said(C, NH);
+    EXPECT_EQ(said.find("sm_90a") != std::string::npos, hopper) << said;
+}
+
+// small and odd shapes (the sanitizers' share: scripts/check_attention_hopper.sh)
+TEST_F(Cuda, AttentionHopper) {
+    SKIP_WITHOUT_HOPPER();
+    expect_hopper_kernels(768, 12, true);
+    expect_hopper_kernels(1536, 12, true);
+    check_attention(2, 1, 128, 2);       // T = 1
+    check_attention(2, 67, 384, 3);      // hs 128, T = 67: one tile, most of it past T
+    check_attention(3, 130, 256, 4);     // hs 64, T = 130: a second key block of 2 keys
+    check_attention(2, 257, 512, 4);     // hs 128, three key blocks
+    expect_hopper_kernels(160, 2, false);
+    check_attention(1, 200, 160, 2);     // hs 80: the sm_80 kernels
+}
+TEST_F(Cuda, AttentionHopperTrainingShapes) {
+    SKIP_WITHOUT_HOPPER();
+    check_attention(2, 1024, 768, 12);   // d12's heads (hs 64)
+    check_attention(1, 1000, 1600, 25);  // d48's, T not a multiple of any tile
+    check_attention(1, 1024, 1536, 12);  // hs 128
+    check_attention(1, 1000, 1024, 8);
+}
+TEST_F(Cuda, AttentionHopperManyHeads) {
+    SKIP_WITHOUT_HOPPER();
+    check_attention(2731, 2, 1536, 24);  // B * NH = 65544: past gridDim.y
+}
+
+// Scores far from today's U(-1, 1) inputs' near-flat softmax: q and k of +-5.5 make each row's
+// scores span about +-30 (their spread, a^2 / 3 per unit of 1 / sqrt(hs), does not depend on hs),
+// and two sink keys, 0 and T / 2, lie along an axis no other q or k component uses: key 0 scores
+// 25 for every query, key T / 2 scores 45, so past T / 2 the running maximum jumps by about 20
+// in the middle of a row (the output so far rescaled by about 2^-29) and that key takes most
+// of the weight.
+std::vector<float> wide_score_qkv(int B, int T, int C, int NH, uint32_t seed) {
+    const int hs = C / NH;
+    const float a = 5.5f, axis = 8.0f, root = std::sqrt((float)hs);
+    std::vector<float> qkv = random_vec((size_t)B * T * 3 * C, -a, a, seed);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                float* q = qkv.data() + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* k = q + C;
+                q[0] = round_x(axis);
+                if (t == 0 || t == T / 2) {
+                    for (int i = 0; i < hs; i++) k[i] = 0.0f;
+                    k[0] = round_x((t == 0 ? 25.0f : 45.0f) * root / axis);
+                }
+            }
+    return qkv;
+}
+TEST_F(Cuda, AttentionHopperWideScoresAndSinks) {
+    SKIP_WITHOUT_HOPPER();
+    for (const auto& [B, T, C, NH] : std::vector<std::tuple<int, int, int, int>>{{1, 1000, 768, 12}, {1, 1024, 1536, 12}, {2, 300, 128, 2}}) {
+        const std::vector<float> qkv = wide_score_qkv(B, T, C, NH, 37);
+        // the inputs do what they say: row T - 1 of head 0 spans +-30 and gives the sink most of its weight
+        const int hs = C / NH;
+        const float* q = qkv.data() + (size_t)(T - 1) * 3 * C;
+        float lo = 0, hi = 0, sink = 0, sum = 0;
+        std::vector<float> s(T);
+        for (int j = 0; j < T; j++) {
+            s[j] = 0;
+            for (int i = 0; i < hs; i++) s[j] += q[i] * qkv[(size_t)j * 3 * C + C + i];
+            s[j] /= std::sqrt((float)hs);
+            if (j != 0 && j != T / 2) lo = std::min(lo, s[j]), hi = std::max(hi, s[j]);
+        }
+        for (int j = 0; j < T; j++) sum += std::exp(s[j] - s[T / 2]);
+        sink = 1.0f / sum;
+        EXPECT_LT(lo, -25.0f);
+        EXPECT_GT(hi, 25.0f);
+        EXPECT_GT(sink, 0.5f) << "the sink at T / 2 takes most of the weight";
+        check_attention_on(qkv, random_vec((size_t)B * T * C, -1, 1, 38), B, T, C, NH);
+    }
+}
+#undef SKIP_WITHOUT_HOPPER
+#endif
 
 // ----------------------------------------------------------------------------
 // gelu, accumulate

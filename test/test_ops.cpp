@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/attention_tiles.h"
+#include "kernels/wgmma_layout.h"
 #include "kernels/cpu_backend.h"
 #include "test/tolerance.h"
 
@@ -470,15 +471,15 @@ void replay_backward(const AttentionInputs& in, const std::vector<float>& out, c
         }
 }
 
-template <int HS>
-void check_attention_replay(int T) {
-    using Tiles = attn::FlashTiles<HS>;
-    SCOPED_TRACE(testing::Message() << "tile shapes of hs " << HS << ", T=" << T);
-    AttentionInputs in{2, T, 16, 2, 8, random_floats((size_t)2 * T * 3 * 16, 70 + T, -2.0f, 2.0f),
-                       random_floats((size_t)2 * T * 16, 80 + T), std::vector<float>(8, 0.0f)};
+// a schedule's replayed forward (and its log-sum-exp) and backward (replay_backward_of(in, out,
+// lse, &dqkv)) against the CPU attention, on inputs from seed
+template <class Forward, class ReplayBackward>
+void check_replay(int T, uint32_t seed, const ReplayBackward& replay_backward_of) {
+    AttentionInputs in{2, T, 16, 2, 8, random_floats((size_t)2 * T * 3 * 16, seed + T, -2.0f, 2.0f),
+                       random_floats((size_t)2 * T * 16, seed + 10 + T), std::vector<float>(8, 0.0f)};
     std::vector<float> out, lse, dqkv, want_out((size_t)in.B * T * in.C), att(cpu::attention_saved_floats(in.B, T, in.NH));
     std::vector<float> want_dqkv(in.qkv.size());
-    replay_forward<typename Tiles::Forward>(in, &out, &lse);
+    replay_forward<Forward>(in, &out, &lse);
     cpu::attention_forward(want_out.data(), att.data(), in.qkv.data(), in.B, T, in.C, in.NH);
     EXPECT_LE(tolerance_ratio(out.data(), want_out.data(), out.size(), 1e-5, 1e-5, "replayed forward"), 1.0);
     // lse: the first probability of each row, exp(s_0 * scale - lse), is the CPU's
@@ -491,9 +492,19 @@ void check_attention_replay(int T) {
                 want_p0[r] = att[r * T];
             }
     EXPECT_LE(tolerance_ratio(p0.data(), want_p0.data(), p0.size(), 1e-5, 1e-6, "replayed log-sum-exp"), 1.0);
-    replay_backward<typename Tiles::BackwardKV, typename Tiles::BackwardQ>(in, want_out, lse, &dqkv);
+    replay_backward_of(in, want_out, lse, &dqkv);
     cpu::attention_backward(want_dqkv.data(), in.dout.data(), in.qkv.data(), att.data(), in.B, T, in.C, in.NH);
     EXPECT_LE(tolerance_ratio(dqkv.data(), want_dqkv.data(), dqkv.size(), 1e-4, 1e-5, "replayed backward"), 1.0);
+}
+
+template <int HS>
+void check_attention_replay(int T) {
+    using Tiles = attn::FlashTiles<HS>;
+    SCOPED_TRACE(testing::Message() << "tile shapes of hs " << HS << ", T=" << T);
+    check_replay<typename Tiles::Forward>(T, 70, [](const AttentionInputs& in, const std::vector<float>& out, const std::vector<float>& lse,
+                                                    std::vector<float>* dqkv) {
+        replay_backward<typename Tiles::BackwardKV, typename Tiles::BackwardQ>(in, out, lse, dqkv);
+    });
 }
 
 TEST(AttentionTiles, ReplayedScheduleIsCpuAttention) {
@@ -501,6 +512,367 @@ TEST(AttentionTiles, ReplayedScheduleIsCpuAttention) {
     for (int T : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 257}) {
         check_attention_replay<64>(T);
         check_attention_replay<128>(T);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// The Hopper kernels' schedule (kernels/attention_tiles.h's HopperTiles): the forward and the
+// dK/dV sums replayed as above; dQ as its ordered accumulation sums it, key blocks from the
+// highest down, against the CPU attention.
+
+template <class Bw>
+void replay_hopper_dq(const AttentionInputs& in, const std::vector<float>& out, const std::vector<float>& lse,
+                      std::vector<float>* dqkv) {
+    const int T = in.T, hs = in.hs, C = in.C, BQ = Bw::query_tile, BKV = Bw::key_rows;
+    const float sl2 = attn::scale_log2(hs), scale = 1.0f / std::sqrt((float)hs);
+    const int key_blocks = (T + BKV - 1) / BKV;
+    for (int b = 0; b < in.B; b++)
+        for (int h = 0; h < in.NH; h++) {
+            const size_t bh = ((size_t)b * in.NH + h) * T;
+            for (int i = 0; i < attn::query_tiles(T, BQ); i++) {
+                const int q0 = i * BQ, top = attn::dq_last_key_block(i, BQ, BKV);
+                std::vector<float> accumulator((size_t)BQ * hs, 0.0f);
+                for (int n = top; n >= 0; n--) {
+                    ASSERT_LT(n, key_blocks);
+                    // key block n visits tile i (its loop runs from its first query tile to the last)
+                    ASSERT_LE(attn::first_query_tile(n * BKV, BQ), i);
+                    std::vector<float> part((size_t)BQ * hs, 0.0f);
+                    for (int q = q0; q < q0 + BQ; q++) {
+                        const float lse2 = q < T ? lse[bh + q] * attn::kLog2e : INFINITY;
+                        const float delta = q < T ? dot(in.dout_row(b, q, h), out.data() + ((size_t)b * T + q) * C + h * hs, hs) : 0.0f;
+                        for (int k = n * BKV; k < n * BKV + BKV; k++) {
+                            float p = attn::prob_from_lse(dot(in.row(b, k, 1, h), in.row(b, q, 0, h), hs) * sl2, lse2);
+                            if (!attn::key_visible(q, k)) p = 0.0f;
+                            const float ds = attn::softmax_grad(p, dot(in.row(b, k, 2, h), in.dout_row(b, q, h), hs), delta);
+                            for (int d = 0; d < hs; d++) part[(size_t)(q - q0) * hs + d] += ds * in.row(b, k, 1, h)[d];
+                        }
+                    }
+                    for (size_t e = 0; e < part.size(); e++) accumulator[e] = n == top ? part[e] : accumulator[e] + part[e];
+                }
+                for (int q = q0; q < q0 + BQ && q < T; q++)
+                    for (int d = 0; d < hs; d++)
+                        (*dqkv)[((size_t)b * T + q) * 3 * C + h * hs + d] = accumulator[(size_t)(q - q0) * hs + d] * scale;
+            }
+        }
+}
+
+template <int HS>
+void check_hopper_attention_replay(int T) {
+    using Tiles = attn::HopperTiles<HS>;
+    SCOPED_TRACE(testing::Message() << "Hopper tile shapes of hs " << HS << ", T=" << T);
+    check_replay<typename Tiles::Forward>(T, 170, [](const AttentionInputs& in, const std::vector<float>& out, const std::vector<float>& lse,
+                                                     std::vector<float>* dqkv) {
+        // dK and dV from the key blocks' sums (replay_backward's; its dQ overwritten), dQ from the ordered accumulation
+        using Bw = typename Tiles::Backward;
+        replay_backward<Bw, attn::BackwardQTiles<HS, 1, 16>>(in, out, lse, dqkv);
+        replay_hopper_dq<Bw>(in, out, lse, dqkv);
+    });
+}
+
+TEST(AttentionTiles, ReplayedHopperScheduleIsCpuAttention) {
+    for (int T : {1, 63, 64, 65, 127, 128, 129, 200, 257, 300}) {
+        check_hopper_attention_replay<64>(T);
+        check_hopper_attention_replay<128>(T);
+    }
+}
+
+// The Hopper backward's blocks, run one step at a time in a random order with a few resident
+// at once (launched in grid order, the highest key block of a head first): every block finishes
+// (the counters never wait on a block not yet launched), and each query tile's parts are added
+// by exactly the key blocks that visit it, once each, from the highest down: the same order,
+// whatever the timing.
+void check_dq_order(int T, int BQ, int BKV, int heads, int resident, uint32_t seed) {
+    SCOPED_TRACE(testing::Message() << "T=" << T << " query tile " << BQ << " key rows " << BKV << ", " << resident << " resident");
+    const int tiles = attn::query_tiles(T, BQ), key_blocks = (T + BKV - 1) / BKV;
+    struct Block {
+        int head, key_block, next_tile;
+    };
+    std::vector<Block> grid;  // launch order: blockIdx.x within a head, key block gridDim.x - 1 - x
+    for (int hd = 0; hd < heads; hd++)
+        for (int x = 0; x < key_blocks; x++) {
+            const int n = key_blocks - 1 - x;
+            grid.push_back({hd, n, attn::first_query_tile(n * BKV, BQ)});
+        }
+    std::vector<uint32_t> counter((size_t)heads * tiles, 0);
+    std::vector<std::vector<int>> adders((size_t)heads * tiles);
+    std::vector<Block> running;
+    size_t launched = 0;
+    std::mt19937 rng(seed);
+    while (launched < grid.size() || !running.empty()) {
+        while (running.size() < (size_t)resident && launched < grid.size()) running.push_back(grid[launched++]);
+        std::vector<size_t> ready;  // blocks whose next add may go now
+        for (size_t r = 0; r < running.size(); r++) {
+            const Block& blk = running[r];
+            const int top = attn::dq_last_key_block(blk.next_tile, BQ, BKV);
+            if (counter[(size_t)blk.head * tiles + blk.next_tile] == (uint32_t)attn::dq_adds_before(blk.key_block, top)) ready.push_back(r);
+        }
+        ASSERT_FALSE(ready.empty()) << "deadlock: every resident block waits";
+        Block& blk = running[ready[rng() % ready.size()]];
+        const size_t at = (size_t)blk.head * tiles + blk.next_tile;
+        adders[at].push_back(blk.key_block);
+        counter[at]++;
+        if (++blk.next_tile == tiles) running.erase(running.begin() + (&blk - running.data()));
+    }
+    for (int hd = 0; hd < heads; hd++)
+        for (int i = 0; i < tiles; i++) {
+            std::vector<int> want;  // the key blocks whose loop visits tile i, highest first
+            for (int n = key_blocks - 1; n >= 0; n--)
+                if (attn::first_query_tile(n * BKV, BQ) <= i) want.push_back(n);
+            EXPECT_EQ(adders[(size_t)hd * tiles + i], want) << "tile " << i;
+            EXPECT_EQ(want.front(), attn::dq_last_key_block(i, BQ, BKV));
+        }
+}
+
+TEST(AttentionTiles, HopperDqOrderFinishesAndIsFixed) {
+    for (int T : {1, 64, 65, 128, 129, 1000, 1024})
+        for (int resident : {1, 2, 3, 7, 132})
+            for (uint32_t seed : {1u, 2u, 3u}) {
+                check_dq_order(T, 64, 128, 3, resident, seed);
+                check_dq_order(T, 128, 128, 2, resident, seed);
+            }
+}
+
+// ----------------------------------------------------------------------------
+// The Hopper kernels' shared-memory layouts (kernels/wgmma_layout.h) against a model of the
+// hardware written from the PTX ISA and CUTLASS's documentation of the canonical layouts, not
+// from wgmma_layout.h: the bulk tensor copy's 128-byte swizzle, the descriptor's addressing of
+// K-major and MN-major operands, stmatrix, and the accumulator and A-operand fragments. Every
+// product the kernels issue is emulated through the model (each thread's registers computed from
+// what the descriptors point at) and compared with the product of the matrices as loaded. The
+// values are small integers, so the sums are exact and the comparisons too.
+
+namespace hw {
+// TMA, SWIZZLE_128B, box rows of 128 bytes: 16-byte chunk c of box row r lands at chunk c ^ (r % 8)
+// of its row (the box starts on a 1024-byte boundary); a tile of 64 * blocks columns is `blocks`
+// boxes of `rows` rows each, one after the other
+size_t tma_byte(int rows, int r, int c) {
+    const int box = c / 64, byte = (c % 64) * 2;
+    return (size_t)box * rows * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+}
+struct Desc {
+    uint32_t start, leading, stride;  // bytes
+    int swizzle;                      // 1: 128 bytes
+};
+Desc decode(uint64_t d) {
+    return {(uint32_t)(d & 0x3FFF) << 4, (uint32_t)((d >> 16) & 0x3FFF) << 4, (uint32_t)((d >> 32) & 0x3FFF) << 4, (int)(d >> 62)};
+}
+// the byte a wgmma reads for element (mn, k) of an operand (k < 16), in 16-byte units per
+// CUTLASS's canonical forms for 16-bit types and 128-byte swizzling:
+//   K-major   ((8, m), 2) : ((8, SBO), 1)         mn: 8 rows 128 bytes apart, groups SBO apart
+//   MN-major  ((8, m), (8, k)) : ((1, LBO), (8, SBO))  mn: 8 chunks, then LBO; k: rows, then SBO
+// then the swizzle, on the address bits: bits 4-6 ^= bits 7-9
+size_t operand_byte(uint64_t desc, bool mn_major, int mn, int k) {
+    const Desc d = decode(desc);
+    EXPECT_EQ(d.swizzle, 1);
+    size_t a;
+    if (!mn_major) a = d.start + (mn % 8) * 128 + (mn / 8) * d.stride + (k / 8) * 16 + (k % 8) * 2;
+    else a = d.start + (mn % 8) * 2 + ((mn / 8) % 8) * 16 + (mn / 64) * d.leading + (k % 8) * 128 + (k / 8) * d.stride;
+    return a ^ (((a >> 7) & 7) << 4);
+}
+// accumulators of an m64nN product (PTX ISA, "wgmma .m64nNk16 register fragment layout for
+// accumulator matrix D"): warp w rows 16w..; per 8 columns, {d0, d1} at (lane / 4, 2 (lane % 4) + {0, 1}), {d2, d3} 8 rows lower
+int acc_row(int tid, int i) { return 16 * (tid / 32) + (tid % 32) / 4 + ((i % 4) >= 2 ? 8 : 0); }
+int acc_col(int tid, int i) { return 8 * (i / 4) + 2 * (tid % 4) + i % 2; }
+// A from registers, one k-slice (16 columns): registers {a0, a1, a2, a3} = (row, cols 2t..),
+// (row + 8, ...), (row, cols 2t + 8..), (row + 8, cols 2t + 8..)
+int a_row(int tid, int j) { return 16 * (tid / 32) + (tid % 32) / 4 + (j % 2) * 8; }
+int a_col(int tid, int j, int e) { return (j / 2) * 8 + 2 * (tid % 4) + e; }
+}  // namespace hw
+
+using Smem = std::vector<float>;  // bf16 elements by byte offset / 2
+std::vector<float> small_ints(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<float> v(n);
+    for (float& x : v) x = (float)((int)(rng() % 9) - 4);
+    return v;
+}
+// a rows x cols row-major matrix as the bulk copy loads it
+Smem load_tile(const std::vector<float>& m, int rows, int cols) {
+    Smem s((size_t)rows * cols, NAN);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) s[hw::tma_byte(rows, r, c) / 2] = m[(size_t)r * cols + c];
+    return s;
+}
+// D (64 x N) of one warpgroup thread's registers, through the model: A(m, k) and B(k, n) read
+// from shared memory with the descriptors of each k-slice, or A from registers via a(kk, tid, j, e)
+template <class A>
+std::vector<float> emulate(int N, int k_slices, const A& a, const Smem& b_smem, const std::function<uint64_t(int)>& b_desc,
+                           bool b_mn_major, int tid) {
+    std::vector<float> d(N / 2, 0.0f);
+    for (int i = 0; i < N / 2; i++)
+        for (int kk = 0; kk < k_slices; kk++)
+            for (int k = 0; k < 16; k++) d[i] += a(kk, hw::acc_row(tid, i), k) * b_smem[hw::operand_byte(b_desc(kk), b_mn_major, hw::acc_col(tid, i), k) / 2];
+    return d;
+}
+// want (rows x N, row-major) against every thread's emulated registers
+void expect_product(const char* what, int N, const std::function<std::vector<float>(int)>& registers_of, const std::vector<float>& want) {
+    int wrong = 0;
+    for (int tid = 0; tid < 128; tid++) {
+        const std::vector<float> d = registers_of(tid);
+        for (int i = 0; i < N / 2; i++)
+            if (d[i] != want[(size_t)wgmma::acc_row(tid, i) * N + wgmma::acc_col(tid, i)]) wrong++;
+    }
+    EXPECT_EQ(wrong, 0) << what << ": registers holding the wrong element of the product";
+}
+// the product a (M x K) b (K x N), row-major, b given as rows of K (transposed) or of N
+std::vector<float> product(const std::vector<float>& a, int M, int K, int a_ld, int a_col0, const std::vector<float>& b, int N, bool b_rows_are_n,
+                           int b_ld, int b_off_k, int b_off_n) {
+    std::vector<float> c((size_t)M * N, 0.0f);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++)
+                c[(size_t)m * N + n] += a[(size_t)m * a_ld + a_col0 + k] *
+                                        (b_rows_are_n ? b[(size_t)(b_off_n + n) * b_ld + b_off_k + k] : b[(size_t)(b_off_k + k) * b_ld + b_off_n + n]);
+    return c;
+}
+
+TEST(WgmmaLayout, FragmentsAndTheirOperandForm) {
+    for (int tid = 0; tid < 128; tid++)
+        for (int i = 0; i < 64; i++) {
+            ASSERT_EQ(wgmma::acc_row(tid, i), hw::acc_row(tid, i));
+            ASSERT_EQ(wgmma::acc_col(tid, i), hw::acc_col(tid, i));
+            // accumulators 2j, 2j + 1 are register j % 4 of k-slice j / 4 of the next A operand
+            if (i % 2 == 0) {
+                const int j = i / 2;
+                ASSERT_EQ(hw::a_row(tid, j % 4), wgmma::acc_row(tid, i));
+                for (int e = 0; e < 2; e++) ASSERT_EQ(16 * (j / 4) + hw::a_col(tid, j % 4, e), wgmma::acc_col(tid, i + e));
+            }
+        }
+    for (int r = 0; r < 128; r++)
+        for (int c = 0; c < 128; c++) ASSERT_EQ(wgmma::tile_offset(128, r, c), hw::tma_byte(128, r, c));
+}
+
+// Every product of the forward (S = Q K^T; O += P V, P from S's registers) and the backward
+// (S^T = K Q^T, dP^T = V dO^T; dV += P^T dO, dK += dS^T Q; dQ = dS K, dS^T stored by stmatrix)
+template <int HS>
+void check_hopper_products() {
+    SCOPED_TRACE(testing::Message() << "hs " << HS);
+    using F = typename attn::HopperTiles<HS>::Forward;
+    using Bw = typename attn::HopperTiles<HS>::Backward;
+    const int BQ = F::query_rows, BK = F::key_tile;
+    // forward: Q (BQ x HS), K and V (BK x HS) as loaded
+    const std::vector<float> q = small_ints((size_t)BQ * HS, 1), k = small_ints((size_t)BK * HS, 2), v = small_ints((size_t)BK * HS, 3);
+    const Smem q_s = load_tile(q, BQ, HS), k_s = load_tile(k, BK, HS), v_s = load_tile(v, BK, HS);
+    for (int consumer = 0; consumer < 2; consumer++) {
+        const int row0 = 64 * consumer;
+        const std::vector<float> s_rows = product(std::vector<float>(q.begin() + (size_t)row0 * HS, q.end()), 64, HS, HS, 0, k, BK, true, HS, 0, 0);
+        auto q_a = [&](int kk, int m, int kx) { return q_s[hw::operand_byte(wgmma::k_major(0, BQ, row0, 16 * kk), false, m, kx) / 2]; };
+        expect_product("S = Q K^T", BK, [&](int tid) {
+            return emulate(BK, HS / 16, q_a, k_s, [&](int kk) { return wgmma::k_major(0, BK, 0, 16 * kk); }, false, tid);
+        }, s_rows);
+        // O = P V with P = S's registers in operand form (here P = S, exact small integers)
+        const std::vector<float> o = product(s_rows, 64, BK, BK, 0, v, HS, false, HS, 0, 0);
+        expect_product("O += P V", HS, [&](int tid) {
+            // the thread's A registers: accumulators 2j, 2j+1 -> register j % 4 of slice j / 4
+            auto p_a = [&](int kk, int m, int kx) { return s_rows[(size_t)m * BK + 16 * kk + kx]; };
+            // every (m, k) a thread's A registers name must be the product's (row, col) it holds
+            for (int j = 0; j < BK / 4; j++)
+                for (int e = 0; e < 2; e++)
+                    EXPECT_EQ(hw::a_row(tid, j % 4) * BK + 16 * (j / 4) + hw::a_col(tid, j % 4, e),
+                              wgmma::acc_row(tid, 2 * j + e) * BK + wgmma::acc_col(tid, 2 * j + e));
+            return emulate(HS, BK / 16, p_a, v_s, [&](int kk) { return wgmma::mn_major(0, BK, 16 * kk, 0); }, true, tid);
+        }, o);
+    }
+    // backward: K, V (128 x HS), Q, dO (query_tile x HS)
+    const int BKV = Bw::key_rows, BQb = Bw::query_tile;
+    const std::vector<float> kb = small_ints((size_t)BKV * HS, 4), vb = small_ints((size_t)BKV * HS, 5);
+    const std::vector<float> qb = small_ints((size_t)BQb * HS, 6), dob = small_ints((size_t)BQb * HS, 7);
+    const Smem kb_s = load_tile(kb, BKV, HS), vb_s = load_tile(vb, BKV, HS), qb_s = load_tile(qb, BQb, HS), dob_s = load_tile(dob, BQb, HS);
+    const std::vector<float> ds = small_ints((size_t)BKV * BQb, 8);  // dS^T (keys x queries), as the consumers hold it
+    // dS^T as stmatrix stores it: each consumer's warp w, k-slice m; lane gives row stmatrix_row,
+    // columns stmatrix_col.. of the warp's 16 x 16 block; register j of lane L holds (L / 4 + 8 (j & 1),
+    // 2 (L % 4) + 8 (j >> 1) + {0, 1}) of the block (an 8x8 matrix each)
+    Smem ds_s((size_t)BKV * BQb, NAN);
+    for (int consumer = 0; consumer < 2; consumer++)
+        for (int w = 0; w < 4; w++)
+            for (int m = 0; m < BQb / 16; m++)
+                for (int lane = 0; lane < 32; lane++)
+                    for (int j = 0; j < 4; j++) {
+                        // matrix j's row (lane % 8) is at the address lane 8 j + lane % 8 gives
+                        const int giver = 8 * j + lane % 8;
+                        const int r = 64 * consumer + 16 * w + wgmma::stmatrix_row(giver), c = 16 * m + wgmma::stmatrix_col(giver);
+                        // the elements it receives: register j of lanes 4 (lane % 8) .. + 3
+                        for (int t = 0; t < 4; t++)
+                            for (int e = 0; e < 2; e++) {
+                                const int from = 4 * (lane % 8) + t, tid = 32 * w + from, reg = 2 * (4 * m + j) + e;  // accumulator index
+                                const int want_r = 64 * consumer + wgmma::acc_row(tid, reg), want_c = wgmma::acc_col(tid, reg);
+                                ds_s[(wgmma::tile_offset(BKV, r, c) + 4 * t + 2 * e) / 2] = ds[(size_t)want_r * BQb + want_c];
+                                if (lane % 8 == 0 && t == 0 && e == 0) {
+                                    ASSERT_EQ(want_r, r) << "stmatrix row";
+                                    ASSERT_EQ(want_c, c) << "stmatrix column";
+                                }
+                            }
+                    }
+    for (float x : ds_s) ASSERT_FALSE(std::isnan(x)) << "an element of the dS^T tile never stored";
+    for (int r = 0; r < BKV; r++)
+        for (int c = 0; c < BQb; c++) ASSERT_EQ(ds_s[wgmma::tile_offset(BKV, r, c) / 2], ds[(size_t)r * BQb + c]);
+    for (int consumer = 0; consumer < 2; consumer++) {
+        const int key0 = 64 * consumer;
+        auto own = [&](const Smem& tile) {
+            return [&, key0](int kk, int m, int kx) { return tile[hw::operand_byte(wgmma::k_major(0, BKV, key0, 16 * kk), false, m, kx) / 2]; };
+        };
+        const std::vector<float> k_rows(kb.begin() + (size_t)key0 * HS, kb.begin() + (size_t)(key0 + 64) * HS);
+        expect_product("S^T = K Q^T", BQb, [&](int tid) {
+            return emulate(BQb, HS / 16, own(kb_s), qb_s, [&](int kk) { return wgmma::k_major(0, BQb, 0, 16 * kk); }, false, tid);
+        }, product(k_rows, 64, HS, HS, 0, qb, BQb, true, HS, 0, 0));
+        const std::vector<float> pt(ds.begin() + (size_t)key0 * BQb, ds.begin() + (size_t)(key0 + 64) * BQb);  // any 64 x BQ
+        expect_product("dV += P^T dO", HS, [&](int tid) {
+            auto a = [&](int kk, int m, int kx) { return pt[(size_t)m * BQb + 16 * kk + kx]; };
+            return emulate(HS, BQb / 16, a, dob_s, [&](int kk) { return wgmma::mn_major(0, BQb, 16 * kk, 0); }, true, tid);
+        }, product(pt, 64, BQb, BQb, 0, dob, HS, false, HS, 0, 0));
+        // dQ (64 queries x 64 columns 64 cb..) = dS (queries x keys) K over keys dq_keys0.. (the kernel's choice)
+        const bool split_keys = HS == 64;
+        const int cb = split_keys ? 0 : consumer, keys0 = split_keys ? key0 : 0, keys = split_keys ? 64 : BKV;
+        std::vector<float> dsq((size_t)BQb * BKV);  // dS = (dS^T)^T
+        for (int r = 0; r < BKV; r++)
+            for (int c = 0; c < BQb; c++) dsq[(size_t)c * BKV + r] = ds[(size_t)r * BQb + c];
+        expect_product("dQ = dS K", 64, [&](int tid) {
+            auto a = [&](int kk, int m, int kx) { return ds_s[hw::operand_byte(wgmma::mn_major(0, BKV, keys0 + 16 * kk, 0), true, m, kx) / 2]; };
+            return emulate(64, keys / 16, a, kb_s, [&](int kk) { return wgmma::mn_major(0, BKV, keys0 + 16 * kk, 64 * cb); }, true, tid);
+        }, product(dsq, 64, keys, BKV, keys0, kb, 64, false, HS, keys0, 64 * cb));
+    }
+}
+
+TEST(WgmmaLayout, EveryProductReadsWhatWasLoaded) {
+    check_hopper_products<64>();
+    check_hopper_products<128>();
+}
+
+// dQ's staging tile: a permutation of each row, the kernel's per-register form of it the same,
+// and each float2 store of a warp's accumulators conflict-free in each half-warp (32 banks)
+TEST(WgmmaLayout, DqStagingIsAConflictFreePermutation) {
+    for (int hs : {64, 128}) {
+        SCOPED_TRACE(testing::Message() << "hs " << hs);
+        for (int row = 0; row < 64; row++) {
+            std::vector<int> seen(hs, 0);
+            for (int col = 0; col < hs; col++) {
+                const int at = wgmma::dq_stage_index(hs, row, col);
+                ASSERT_GE(at, row * hs);
+                ASSERT_LT(at, (row + 1) * hs);
+                seen[at - row * hs]++;
+            }
+            for (int x : seen) ASSERT_EQ(x, 1);
+        }
+        for (int cb = 0; cb < hs / 64; cb++)
+            for (int buf = 0; buf < 2; buf++)
+                for (int tid = 0; tid < 128; tid++) {
+                    const int first = buf * 64 * hs + wgmma::dq_stage_index(hs, wgmma::acc_row(tid, 0), 64 * cb + wgmma::acc_col(tid, 0));
+                    for (int i = 0; i < 32; i += 2)
+                        ASSERT_EQ(wgmma::dq_stage_of(first, hs, i),
+                                  buf * 64 * hs + wgmma::dq_stage_index(hs, wgmma::acc_row(tid, i), 64 * cb + wgmma::acc_col(tid, i)))
+                            << "tid " << tid << " i " << i;
+                }
+        for (int w = 0; w < 4; w++)
+            for (int i = 0; i < 32; i += 2)
+                for (int half = 0; half < 2; half++) {
+                    std::vector<int> banks(32, 0);
+                    for (int lane = 16 * half; lane < 16 * half + 16; lane++) {
+                        const int at = wgmma::dq_stage_index(hs, wgmma::acc_row(32 * w + lane, i), wgmma::acc_col(32 * w + lane, i));
+                        banks[at % 32]++;
+                        banks[(at + 1) % 32]++;
+                    }
+                    for (int x : banks) ASSERT_EQ(x, 1) << "warp " << w << " register " << i;
+                }
     }
 }
 
