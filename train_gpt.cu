@@ -1,8 +1,9 @@
-// GPT-2 training in one file: the model, the flags, the training loop and main().
-// The model's shape and parameter layout are model/shape.h's; kernels come from a backend
-// (kernels/cpu_backend.h, and kernels/cuda_backend.cuh when built with nvcc); who holds which
-// parameters, gradients and optimizer state across ranks is zero/'s business, driven from
-// train_step() once per micro-step. Everything here runs the same on both backends.
+// GPT-2 training: the story of a run, from the flags to the last checkpoint, and main(). The
+// model is model/gpt2.h's (its shape and parameter layout model/shape.h's), the flags
+// train/flags.h's; kernels come from a backend (kernels/cpu_backend.h, and
+// kernels/cuda_backend.cuh when built with nvcc); who holds which parameters, gradients and
+// optimizer state across ranks is zero/'s business, driven from train_step() once per
+// micro-step. Everything here runs the same on both backends.
 #include <omp.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -31,7 +32,9 @@
 #include "kernels/cpu_backend.h"
 #include "model/gpt2.h"
 #include "model/shape.h"
+#include "train/flags.h"
 #include "train/hellaswag_eval.h"
+#include "train/loss_sum.h"
 #include "train/memory_plan.h"
 #include "train/nonfinite.h"
 #include "train/outlier_detector.h"
@@ -51,228 +54,6 @@
 #else
 #include "zero/comm_single.h"
 #endif
-
-// ----------------------------------------------------------------------------
-// command line: flags follow llm.c's train_gpt2cu where the meaning is the same
-
-struct TrainConfig {
-    std::string train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
-    std::string val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
-    std::string tokenizer = "data/tinyshakespeare/gpt2_tokenizer.bin";
-    std::string init = "d12";   // checkpoint path or model descriptor
-    std::string output_dir = "out";
-    int B = 4;                  // kAutoBatch: -b auto
-    int T = 0;                  // 0: 1024 on cuda, 64 on cpu
-    long total_batch = 0;       // tokens per step; 0: B*T*ranks
-    int max_steps = 0;          // 0 (or -1, llm.c's): one epoch of the training data
-    float lr = 3e-4f;
-    int warmup = -1;            // -1: default_warmup(), by how the run starts
-    float final_lr_frac = 1.0f;
-    std::string schedule = "cosine";
-    float wsd_decay_frac = 0.2f;
-    float weight_decay = 0.0f;
-    int val_every = 20;
-    int val_steps = 20;         // 0 or -1: the whole validation split
-    int sample_every = 20;
-    int hellaswag = 0;
-    std::string hellaswag_file = "data/hellaswag/hellaswag_val.bin";
-    std::string hellaswag_dump;  // each ending's mean loss, written at every HellaSwag eval
-    int gen_len = 64;
-    int overfit = 0;
-    int checkpoint_every = 0;
-    int checkpoints_keep = 0;   // 0: keep all
-    int major_every = 0;        // checkpoints at multiples of this are never deleted (0: none are major)
-    int resume = 0;
-    float skip_loss_z = 0.0f, skip_grad_z = 0.0f;  // 0: off
-    int nonfinite_limit = 5;    // non-finite steps in a row that stop the run
-    float collective_timeout = 600.0f;  // seconds a rank waits for the others before the job ends (0: forever)
-    int shuffle = 1;
-    int zero_stage = 0;
-    std::string offload = "none";  // cpu: optimizer state and update on the host (zero/offload.h)
-    std::string shard_group = "all";  // ranks per shard group (hybrid sharding, zero/zero.h): all, node or N
-    std::string quantize_weights = "none";  // int8: stage 3's gathers as int8 blocks (zero/zero.h)
-    std::string quantize_grads = "none";    // int8: reductions at stages 1-3 as int8 blocks (zero/zero.h)
-    int recompute = 1;
-    int cuda_graph = 1;         // where it applies: one rank, -z 0, no offload (Run::graphs_apply)
-    std::string gemm_algos;     // a table of cuBLASLt algorithms by GEMM shape (kernels/gemm_choices.h); "": none
-    int master_weights = 1;
-    int tf32 = 1;
-    int gelu_fusion = 0;
-    // multi-node flags of llm.c; ranks here always come from mpirun (llm.c's -pi mpi)
-    int num_processes = 0;      // 0: as mpirun says
-    int process_rank = -1;      // -1: as mpirun says
-    int gpus_per_node = 8;
-    std::string init_method = "mpi";
-    std::string server_ip, fs_path;
-    long seed = 1337;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_clip = 1.0f;
-    std::string device = "auto";
-    std::string device_memory;  // per rank, for -b auto, the fit check and --plan ("": as the device says)
-    int plan = 0;               // --plan: print the memory plan and stop
-    int quiet = 0;
-    std::vector<std::string> given;  // the flags on the command line, as typed
-};
-
-constexpr int kAutoBatch = 0;  // -b auto: the largest micro-batch that fits (train/memory_plan.h)
-
-struct Flag {
-    const char* short_name;  // "" when there is none
-    const char* long_name;
-    char kind;               // i: int, l: long, f: float, s: string
-    size_t field;            // offsetof(TrainConfig, ...)
-    double min, max;         // for numbers
-    const char* help;
-};
-
-#define FIELD(name) offsetof(TrainConfig, name)
-static const Flag kFlags[] = {
-    {"-i", "--train", 's', FIELD(train_data), 0, 0, "training token shards (glob pattern)"},
-    {"-j", "--val", 's', FIELD(val_data), 0, 0, "validation token shards (glob pattern)"},
-    {"-e", "--init", 's', FIELD(init), 0, 0, "checkpoint file, dX|gpt2:dX (d12 d24 d36 d48), gpt3:cX, or L=,NH=,C=[,V=,maxT=]"},
-    {"-o", "--output", 's', FIELD(output_dir), 0, 0, "output directory for log and checkpoints ('' for none)"},
-    {"", "--tokenizer", 's', FIELD(tokenizer), 0, 0, "tokenizer file for samples"},
-    {"-b", "--batch", 'i', FIELD(B), 1, 65536, "micro-batch size B (sequences per rank); auto: the largest that fits"},
-    {"-t", "--seq-len", 'i', FIELD(T), 0, 1 << 20, "sequence length T (0: 1024 on cuda, 64 on cpu)"},
-    {"-d", "--total-batch", 'l', FIELD(total_batch), 0, 1e12, "tokens per step (0: B*T*ranks); sets accumulation"},
-    {"-x", "--max-steps", 'i', FIELD(max_steps), -1, 1e9, "training steps (0 or -1: one epoch)"},
-    {"-l", "--lr", 'f', FIELD(lr), 0, 10, "peak learning rate"},
-    {"-u", "--warmup", 'i', FIELD(warmup), 0, 1e9, "linear warmup steps (default: 0 from a checkpoint, 2/(1-beta2) from random weights)"},
-    {"-q", "--final-lr-frac", 'f', FIELD(final_lr_frac), 0, 1, "final learning rate as a fraction of the peak"},
-    {"-k", "--schedule", 's', FIELD(schedule), 0, 0, "cosine | linear | constant | wsd"},
-    {"", "--wsd-decay-frac", 'f', FIELD(wsd_decay_frac), 0, 1, "wsd: fraction of steps spent decaying"},
-    {"-c", "--weight-decay", 'f', FIELD(weight_decay), 0, 10, "AdamW weight decay (2-D weights only)"},
-    {"-sl", "--skip-loss-z", 'f', FIELD(skip_loss_z), 0, 1e9, "skip the update when the loss z-score (128 steps) exceeds this (0: off)"},
-    {"-sg", "--skip-grad-z", 'f', FIELD(skip_grad_z), 0, 1e9, "skip the update when the grad-norm z-score exceeds this (0: off)"},
-    {"", "--nonfinite-limit", 'i', FIELD(nonfinite_limit), 1, 1e9, "stop (exit code 3) after N steps in a row whose loss or grad norm is not finite"},
-    {"", "--collective-timeout", 'f', FIELD(collective_timeout), 0, 1e7, "seconds a rank waits for the others (a collective, or GPU work behind one) before it ends the job saying why (0: forever)"},
-    {"-v", "--val-every", 'i', FIELD(val_every), 0, 1e9, "validation loss every N steps (0: never)"},
-    {"-m", "--val-steps", 'i', FIELD(val_steps), -1, 1e9, "validation batches per evaluation (0 or -1: the whole split)"},
-    {"-h", "--hellaswag", 'i', FIELD(hellaswag), 0, 1, "1: HellaSwag accuracy every -v steps and at the end"},
-    {"", "--hellaswag-file", 's', FIELD(hellaswag_file), 0, 0, "HellaSwag eval file (data/hellaswag.py writes it)"},
-    {"", "--hellaswag-dump", 's', FIELD(hellaswag_dump), 0, 0, "file for each HellaSwag ending's mean loss ('': none)"},
-    {"-s", "--sample-every", 'i', FIELD(sample_every), 0, 1e9, "text sample every N steps (0: never)"},
-    {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
-    {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
-    {"-n", "--checkpoint-every", 'i', FIELD(checkpoint_every), 0, 1e9, "checkpoint every N steps (0: only at the end)"},
-    {"-nk", "--checkpoints-keep", 'i', FIELD(checkpoints_keep), 0, 1e9, "keep the last N checkpoints, deleting older ones (0: keep all)"},
-    {"-nm", "--major-every", 'i', FIELD(major_every), 0, 1e9, "checkpoints at multiples of N steps are never deleted (0: none)"},
-    {"-y", "--resume", 'i', FIELD(resume), 0, 1, "1: continue from the latest checkpoint in the output directory, if any"},
-    {"", "--shuffle", 'i', FIELD(shuffle), 0, 1, "1: each epoch permutes shards and windows (from --seed); 0: file order"},
-    {"-z", "--zero", 'i', FIELD(zero_stage), 0, 3, "ZeRO stage 0-3"},
-    {"", "--offload", 's', FIELD(offload), 0, 0, "none | cpu: fp32 master weights, Adam m and v in host memory, AdamW on the host"},
-    {"", "--shard-group", 's', FIELD(shard_group), 0, 0, "stages 1-3 shard within groups of N consecutive ranks, one replica per group: N | node | all"},
-    {"", "--quantize-weights", 's', FIELD(quantize_weights), 0, 0, "none | int8: stage 3 gathers parameters as int8 blocks with a scale each"},
-    {"", "--quantize-grads", 's', FIELD(quantize_grads), 0, 0, "none | int8: stages 1-3 reduce gradients as int8 blocks (an all-to-all), summed in fp32"},
-    {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
-    {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0, no offload)"},
-    {"", "--gemm-algos", 's', FIELD(gemm_algos), 0, 0, "cuda: cuBLASLt algorithm by GEMM shape, from a table scripts/bench_gemm --write timed here ('': the heuristic's first)"},
-    {"-w", "--master-weights", 'i', FIELD(master_weights), 0, 1, "1: fp32 master copy of bf16 weights for the update"},
-    {"-f", "--tf32", 'i', FIELD(tf32), 0, 1, "llm.c's TF32 switch (matmuls here never use TF32)"},
-    {"-ge", "--gelu-fusion", 'i', FIELD(gelu_fusion), 0, 2, "llm.c's GELU fusion into matmuls (here: in bf16 always, where cuBLASLt offers it)"},
-    {"-pn", "--num-processes", 'i', FIELD(num_processes), 0, 1 << 20, "ranks, checked against mpirun's (0: as mpirun says)"},
-    {"-pr", "--process-rank", 'i', FIELD(process_rank), -1, 1 << 20, "this rank, checked against mpirun's (-1: as mpirun says)"},
-    {"-pg", "--gpus-per-node", 'i', FIELD(gpus_per_node), 1, 1 << 20, "llm.c's GPUs per node (here: each node's rank count)"},
-    {"-pi", "--init-method", 's', FIELD(init_method), 0, 0, "how ranks meet: mpi (mpirun; llm.c's tcp and fs are not offered)"},
-    {"-ps", "--server-ip", 's', FIELD(server_ip), 0, 0, "llm.c's tcp server address (unused with mpi)"},
-    {"-pf", "--fs-path", 's', FIELD(fs_path), 0, 0, "llm.c's shared-file path (unused with mpi)"},
-    {"", "--seed", 'l', FIELD(seed), 0, 4294967295.0, "seed for init, shuffling, sampling and rounding"},
-    {"", "--beta1", 'f', FIELD(beta1), 0, 0.999999, "AdamW beta1"},
-    {"", "--beta2", 'f', FIELD(beta2), 0, 0.999999, "AdamW beta2"},
-    {"", "--eps", 'f', FIELD(eps), 1e-30, 1, "AdamW epsilon"},
-    {"", "--grad-clip", 'f', FIELD(grad_clip), 0, 1e9, "clip the global gradient norm to this (0: off)"},
-    {"", "--device", 's', FIELD(device), 0, 0, "cpu | cuda | auto"},
-    {"", "--device-memory", 's', FIELD(device_memory), 0, 0, "memory per rank for -b auto and --plan, e.g. 80GiB (default: free GPU / available host memory)"},
-    {"", "--quiet", 'i', FIELD(quiet), 0, 1, "1: print only errors"},
-};
-#undef FIELD
-
-inline void print_usage(FILE* out) {
-    fprintf(out, "usage: train_gpt [flags]   (mpirun -np N train_gpt [flags] for N ranks)\n");
-    for (const Flag& f : kFlags) {
-        char names[48];
-        snprintf(names, sizeof(names), "%-3s %s", f.short_name, f.long_name);
-        fprintf(out, "  %-26s %s\n", names, f.help);
-    }
-    fprintf(out, "  %-26s %s\n", "    --plan", "print the memory plan of the run the other flags describe, and stop");
-    fprintf(out, "  %-26s %s\n", "    --help", "this table (so is -h without a value)");
-}
-
-inline bool one_of(const std::string& v, std::initializer_list<const char*> options) {
-    for (const char* o : options)
-        if (v == o) return true;
-    return false;
-}
-
-// a whole number in [1, max] written in decimal, else 0
-inline long parse_count(const std::string& v, long max) {
-    char* end = nullptr;
-    const long n = strtol(v.c_str(), &end, 10);
-    return !v.empty() && isdigit((unsigned char)v[0]) && *end == '\0' && n >= 1 && n <= max ? n : 0;
-}
-
-// Exits with code 2 and one line on any unknown flag or value out of range.
-inline TrainConfig parse_args(int argc, char** argv) {
-    TrainConfig cfg;
-    for (int i = 1; i < argc; i++) {
-        std::string name = argv[i];
-        // -h takes 0|1 as in llm.c; without a value (last, or before another flag) it is help
-        const bool value_follows = i + 1 < argc && (argv[i + 1][0] != '-' || isdigit((unsigned char)argv[i + 1][1]));
-        if (name == "--help" || (name == "-h" && !value_follows)) {
-            print_usage(stdout);
-            exit(0);
-        }
-        if (name == "--plan") {
-            cfg.plan = 1;
-            continue;
-        }
-        const Flag* flag = nullptr;
-        for (const Flag& f : kFlags)
-            if (name == f.short_name || name == f.long_name) flag = &f;
-        if (flag == nullptr) fatal(2, "unknown flag %s (see --help)", name.c_str());
-        if (i + 1 >= argc) fatal(2, "flag %s needs a value", name.c_str());
-        const char* value = argv[++i];
-        cfg.given.push_back(name);
-        char* field = (char*)&cfg + flag->field;
-        if (flag->field == offsetof(TrainConfig, B) && strcmp(value, "auto") == 0) {
-            cfg.B = kAutoBatch;
-            continue;
-        }
-        if (flag->kind == 's') {
-            *(std::string*)field = value;
-            continue;
-        }
-        char* end = nullptr;
-        double v = flag->kind == 'f' ? strtod(value, &end) : (double)strtoll(value, &end, 10);
-        if (*value == '\0' || *end != '\0' || !std::isfinite(v) || v < flag->min || v > flag->max)
-            fatal(2, "%s %s: expected %s in [%g, %g]", name.c_str(), value, flag->kind == 'f' ? "a number" : "an integer", flag->min, flag->max);
-        if (flag->kind == 'i') *(int*)field = (int)v;
-        else if (flag->kind == 'l') *(long*)field = (long)v;
-        else *(float*)field = (float)v;
-    }
-    if (!one_of(cfg.schedule, {"cosine", "linear", "constant", "wsd"}))
-        fatal(2, "-k %s: expected cosine, linear, constant or wsd", cfg.schedule.c_str());
-    if (!one_of(cfg.device, {"cpu", "cuda", "auto"})) fatal(2, "--device %s: expected cpu, cuda or auto", cfg.device.c_str());
-    if (!one_of(cfg.offload, {"none", "cpu"})) fatal(2, "--offload %s: expected none or cpu", cfg.offload.c_str());
-    if (!one_of(cfg.shard_group, {"all", "node"}) && parse_count(cfg.shard_group, 1 << 20) == 0)
-        fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
-    if (!one_of(cfg.quantize_weights, {"none", "int8"})) fatal(2, "--quantize-weights %s: expected none or int8", cfg.quantize_weights.c_str());
-    if (!one_of(cfg.quantize_grads, {"none", "int8"})) fatal(2, "--quantize-grads %s: expected none or int8", cfg.quantize_grads.c_str());
-    size_t bytes = 0;
-    if (!cfg.device_memory.empty() && !parse_size(cfg.device_memory, &bytes))
-        fatal(2, "--device-memory %s: expected a size such as 80GiB, 24GB, 512MiB or a number of bytes", cfg.device_memory.c_str());
-    if (cfg.init_method != "mpi")
-        fatal(2, "-pi %s: expected mpi (ranks are started by mpirun; llm.c's tcp and fs are not offered)", cfg.init_method.c_str());
-    return cfg;
-}
-
-// whether the flag (by either name) was on the command line
-inline bool given(const TrainConfig& cfg, const char* short_name) {
-    for (const Flag& f : kFlags)
-        if (strcmp(f.short_name, short_name) == 0)
-            for (const std::string& g : cfg.given)
-                if (g == f.short_name || g == f.long_name) return true;
-    return false;
-}
 
 // learning rate at step (0-based) of max_steps
 inline float learning_rate(const TrainConfig& cfg, int step, int max_steps) {
@@ -345,30 +126,6 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
     comm.abort(1);
 }
 
-// A sum of batch mean losses kept in backend memory, so that a training step reads the device
-// once (take()); each evaluation and the training loss keep their own, so none leaks into another.
-template <class Backend>
-class LossSum {
-public:
-    LossSum() : sum_((double*)Backend::alloc(kBytes)) {}
-    ~LossSum() { Backend::release(sum_); }
-    LossSum(const LossSum&) = delete;
-    LossSum& operator=(const LossSum&) = delete;
-    static constexpr size_t kBytes = sizeof(double);  // of backend memory
-    // adds the mean of the N per-position losses (in backend memory)
-    void add_batch_mean(const float* losses, int N) { Backend::mean_loss_add(sum_, losses, N); }
-    // the sum since the last take(), which starts it again from zero
-    double take() {
-        double sum = 0.0;
-        Backend::to_host(&sum, sum_, sizeof(double));
-        Backend::zero(sum_, sizeof(double));
-        return sum;
-    }
-
-private:
-    double* sum_;
-};
-
 // mean loss of this rank's first `batches` batches from `data`, summed in `sum` (left at zero)
 template <class Backend>
 double validation_loss(GPT2<Backend>& model, DataLoader& data, int batches, int B, int T, LossSum<Backend>& sum) {
@@ -423,34 +180,6 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
         printf("note: --shard-group: stage 0 shards nothing (every rank holds everything); gradients are all-reduced over all ranks\n");
 }
 
-// --offload cpu keeps fp32 master weights on the host (DeepSpeed's layout); where the backend's
-// parameters are narrower than fp32, -w 0 would ask for none
-inline void check_offload_flags(const TrainConfig& cfg, bool params_narrower_than_fp32) {
-    if (cfg.offload == "cpu" && params_narrower_than_fp32 && cfg.master_weights == 0)
-        fatal(2, "--offload cpu keeps fp32 master weights on the host; it cannot go with -w 0");
-}
-
-// --shard-group as ranks per group: `node` the ranks mpirun put on each node (node_ranks, 0
-// when nodes differ), `all` (or stage 0, which shards nothing) the world
-inline int shard_group_ranks(const TrainConfig& cfg, int world, int node_ranks) {
-    if (cfg.zero_stage == 0 || cfg.shard_group == "all") return world;
-    return cfg.shard_group == "node" ? node_ranks : (int)parse_count(cfg.shard_group, 1 << 20);
-}
-
-// What the flags of zero/'s collectives (--shard-group, --quantize-*) ask that this run cannot
-// do, in one line ("" when nothing)
-inline std::string zero_flags_error(const TrainConfig& cfg, int world, int node_ranks) {
-    if (cfg.quantize_weights != "none" && cfg.zero_stage != 3)
-        return "--quantize-weights " + cfg.quantize_weights + ": only stage 3 gathers parameters (-z 3); this run is -z " + std::to_string(cfg.zero_stage);
-    if (cfg.quantize_grads != "none" && cfg.zero_stage == 0)
-        return "--quantize-grads " + cfg.quantize_grads + ": stage 0 all-reduces gradients, it has no reduce-scatter to quantize; use -z 1, 2 or 3";
-    const int N = shard_group_ranks(cfg, world, node_ranks);
-    if (N == 0) return "--shard-group node: the nodes hold different numbers of ranks, or ranks that are not consecutive; give the group size instead";
-    if (world % N != 0)
-        return "--shard-group " + cfg.shard_group + ": expected a divisor of the " + std::to_string(world) + " rank(s), each group a replica";
-    return "";
-}
-
 // A usage error that every rank finds alike (after check_ranks_agree): said once, by rank 0, and
 // the job ends with code 2
 [[noreturn]] inline void usage_error_everywhere(Communicator& comm, const std::string& line) {
@@ -485,60 +214,47 @@ inline int agreed_resume_step(Communicator& comm, const TrainConfig& cfg) {
     return step;
 }
 
-// ----------------------------------------------------------------------------
-// memory: what a rank allocates, made by the same calls in the run and in its plan
+// What the flags make of a run on `world` ranks whose nodes hold `node_ranks` each (0: the nodes
+// differ), resuming at `resume_step` (0: not): the model and where its weights come from, T, the
+// shard group, and what of zero/'s flags this world cannot do. Reads a checkpoint's header at
+// most. The run and --plan both start from it.
+struct ResolvedRun {
+    GPT2Config model;
+    std::string weights;       // the checkpoint the weights come from ("": random)
+    bool from_random = false;  // -e names a shape, not a checkpoint (the default warmup's question)
+    int T = 0;
+    int shard_group = 0;       // ranks per shard group (shard_group_ranks(); 0: one group)
+    std::string zero_flags_error;  // one line, "" when zero/'s flags can all be done
+};
+inline ResolvedRun resolve_run(const TrainConfig& cfg, bool on_gpu, int world, int node_ranks, int resume_step) {
+    ResolvedRun r;
+    r.from_random = config_from_descriptor(cfg.init, &r.model);
+    r.weights = resume_step > 0 ? checkpoint_path(cfg.output_dir, "model", resume_step) : r.from_random ? "" : cfg.init;
+    if (!r.weights.empty()) r.model = checkpoint_config(r.weights);
+    r.T = cfg.T > 0 ? cfg.T : default_seq_len(on_gpu);
+    if (r.T > r.model.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", r.T, r.model.max_seq_len);
+    r.zero_flags_error = zero_flags_error(cfg, world, node_ranks);
+    r.shard_group = r.zero_flags_error.empty() ? shard_group_ranks(cfg, world, node_ranks) : 0;
+    return r;
+}
 
-// the flags and model that decide a rank's memory
-// (shard_group: ranks per shard group, shard_group_ranks(); the world: one group)
+// -d's tokens per step as micro-steps of B*T tokens on each rank; one line and exit 2 where they
+// do not divide it (0: one micro-step)
+inline int accumulation_steps(long total_batch, int B, int T, int world) {
+    const long per_micro = (long)B * T * world;
+    if (total_batch > 0 && total_batch % per_micro != 0) fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, per_micro);
+    return total_batch > 0 ? (int)(total_batch / per_micro) : 1;
+}
+
+// the flags and model that decide a rank's memory (train/memory_plan.h)
+// (shard_group: ranks per shard group, shard_group_ranks(); 0: one group)
 inline RunShape run_shape(const TrainConfig& cfg, const GPT2Config& mc, int B, int T, int world, int shard_group) {
-    return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1, shard_group == world ? 0 : shard_group,
+    return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1, shard_group,
             cfg.quantize_weights == "int8", cfg.quantize_grads == "int8"};
 }
-template <class Backend>
-std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm) {
-    return std::make_unique<Zero<Backend>>(s.stage, param_groups(s.model), comm,
-                                           ZeroOptions{s.master_weights, s.offload, s.shard_group, s.quantize_weights, s.quantize_grads});
-}
-template <class Backend>
-std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero) {
-    return std::make_unique<GPT2<Backend>>(s.model, s.B, s.T, s.recompute, zero);
-}
-constexpr int kLossSums = 2;  // a run's: the training loss's and the evaluations'
-// what a rank holds, by category, as the objects holding it count it
-template <class Backend>
-MemoryUse memory_use(const Zero<Backend>& zero, const GPT2<Backend>& model, const BackendMemory& backend) {
-    MemoryUse m;
-    m.zero = zero.memory();
-    m.activations = model.activation_bytes();
-    m.scratch = model.scratch_bytes();
-    m.loss_sums = kLossSums * LossSum<Backend>::kBytes;
-    m.backend = backend;
-    return m;
-}
 
-// The memory rank `rank` of the run `shape` would hold, allocating none: the run's own
-// constructors (make_zero, make_model, its loss sums) on CountingBackend, and what the backend
-// reserves for the model's shapes. Bytes the counting backend handed out beyond the categories
-// are `unnamed` (the tests check there are none).
-template <class Backend>
-MemoryUse plan_memory(const RunShape& shape, int rank) {
-    using Counting = CountingBackend<Backend>;
-    Counting::reset_counts();
-    PlanComm comm(rank, shape.world);
-    std::unique_ptr<Zero<Counting>> zero = make_zero<Counting>(shape, comm);
-    std::unique_ptr<GPT2<Counting>> model = make_model<Counting>(shape, *zero);
-    LossSum<Counting> loss_sums[kLossSums];
-    MemoryUse m = memory_use(*zero, *model, Backend::planned_memory(GPT2<Backend>::op_shapes(shape.model, shape.B, shape.T)));
-    m.unnamed = Counting::device_bytes - (memory_total(m, false) - m.backend.context - m.backend.kernel_scratch);
-    m.device_allocations = Counting::device_allocations + m.backend.device_allocations;
-    return m;
-}
-
-// --offload cpu keeps fp32 master weights: not with -w 0 where parameters are narrower
-template <class Backend>
-bool offload_allowed(const TrainConfig& cfg) {
-    return !Backend::has_master_weights || cfg.master_weights == 1;
-}
+// ----------------------------------------------------------------------------
+// the run
 
 // Everything a run holds, made from the flags: the model and its ZeRO state, the data, the evals,
 // the log, and where the run is. train() below is its story.
@@ -550,7 +266,7 @@ struct Run {
     bool prints_run;  // this rank prints the run's lines: rank 0, unless --quiet
     GPT2Config mc;
     int B, T, resume_step = 0, max_steps = 0, accum = 1, val_batches = 0;
-    int shard_group = 1;  // ranks per shard group (the world without --shard-group)
+    int shard_group = 0;  // ranks per shard group (--shard-group, shard_group_ranks(); 0: one group of every rank)
     Communicator::NodeRanks node;  // how the ranks sit on nodes
     size_t gemm_table_shapes = 0;  // GEMM shapes whose algorithm the --gemm-algos table names
     long total_batch = 0;
@@ -590,19 +306,16 @@ struct Run {
         std::vector<float> init;
         resume_step = agreed_resume_step(comm, cfg);
         if (cfg.resume && resume_step == 0 && prints_run) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
-        const bool from_random = config_from_descriptor(cfg.init, &mc);
-        const std::string weights = resume_step > 0 ? checkpoint_path(dir, "model", resume_step) : from_random ? "" : cfg.init;
-        if (!weights.empty()) mc = checkpoint_config(weights);
-        if (T <= 0 || T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", T, mc.max_seq_len);
-        // the shard group the plan and zero/ take: --shard-group's where it can be done (else the
-        // error is said once the ranks agree on the flags, below); every rank asks for its node,
-        // whatever its flags, so that none waits in that collective alone
+        // every rank asks for its node, whatever its flags, so that none waits in that collective
+        // alone; what zero/'s flags ask that cannot be done is said once the ranks agree on them
         node = comm.node_ranks();
-        const std::string flags_error = zero_flags_error(cfg, world, node.per_node);
-        shard_group = flags_error.empty() ? shard_group_ranks(cfg, world, node.per_node) : world;
+        const ResolvedRun resolved = resolve_run(cfg, !Backend::device_is_host, world, node.per_node, resume_step);
+        mc = resolved.model;
+        T = resolved.T;
+        shard_group = resolved.shard_group;
         size_memory();  // before the model's parameters take their memory
-        init = weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(weights, &mc);
-        if (cfg.warmup < 0) cfg.warmup = default_warmup(from_random, cfg.beta2);
+        init = resolved.weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(resolved.weights, &mc);
+        if (cfg.warmup < 0) cfg.warmup = default_warmup(resolved.from_random, cfg.beta2);
         inputs.resize((size_t)B * T);
         targets.resize((size_t)B * T);
 
@@ -611,16 +324,14 @@ struct Run {
         if (cfg.val_every > 0) val_data = std::make_unique<DataLoader>(cfg.val_data, B, T, rank, world, mc.vocab_size);
         val_batches = !val_data ? 0 : cfg.val_steps > 0 ? cfg.val_steps : (int)std::max<size_t>(1, val_data->windows() / world);
         if (cfg.hellaswag) hellaswag = std::make_unique<HellaSwag>(cfg.hellaswag_file, mc.vocab_size, B, T, rank, world);
-        const long tokens_per_micro = (long)B * T * world;
-        total_batch = cfg.total_batch > 0 ? cfg.total_batch : tokens_per_micro;
-        if (total_batch % tokens_per_micro != 0) fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, tokens_per_micro);
-        accum = (int)(total_batch / tokens_per_micro);
+        accum = accumulation_steps(cfg.total_batch, B, T, world);
+        total_batch = (long)B * T * world * accum;
         max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data->total_tokens() / total_batch);
         open_tokenizer();
         const GemmChoices gemm_choices = cfg.gemm_algos.empty() ? GemmChoices{} : read_gemm_choices(cfg.gemm_algos);
         check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr, cfg.gemm_algos.empty() ? "" : format_gemm_choices(gemm_choices));
         // the ranks agree on the flags: what they ask is said once, if it cannot be done
-        if (!flags_error.empty()) usage_error_everywhere(comm, flags_error);
+        if (!resolved.zero_flags_error.empty()) usage_error_everywhere(comm, resolved.zero_flags_error);
         if (!cfg.gemm_algos.empty()) {  // before the first GEMM
             const std::string differs = Backend::use_gemm_choices(gemm_choices);
             if (!differs.empty()) fatal(2, "--gemm-algos %s: %s", cfg.gemm_algos.c_str(), differs.c_str());
@@ -674,7 +385,7 @@ private:
             if (shape.B == 0) {
                 shape.B = 1;
                 if (rank != 0) comm.barrier();  // rank 0 says why and ends the job
-                fatal(1, "-b auto: not even B=1 fits: %s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
+                fatal(1, "-b auto: not even B=1 fits: %s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::has_master_weights)).c_str());
             }
             if (prints_run) printf("%s\n", auto_batch_words(plan, shape, budget, cfg.total_batch).c_str());
             B = shape.B;
@@ -682,7 +393,7 @@ private:
         const MemoryUse mine = plan(shape, rank);
         const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
         if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
-        if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed<Backend>(cfg)).c_str());
+        if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::has_master_weights)).c_str());
     }
 
     // How many of the run's ranks share this rank's memory: on a GPU the ranks whose GPU is this
@@ -705,7 +416,7 @@ private:
     }
     // hybrid sharding, for the setup line: "" with one group
     std::string shard_groups_said() const {
-        if (shard_group == world) return "";
+        if (shard_group == 0) return "";
         return " in " + std::to_string(world / shard_group) + " groups of " + std::to_string(shard_group) + " rank(s), one replica each";
     }
     void print_setup() const {
@@ -875,15 +586,71 @@ void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
     run.comm.barrier(written / kSlowestDiskBytesPerSecond);
 }
 
+// What a run says about its steps besides their records: each step's time and the step line
+// (report_step), the first step's bytes moved, launches and memory, the second step's launches
+// with CUDA graphs, the peak device memory at the end; and the profiler's window around the
+// last step (Nsight Compute in scripts/bench_gpu.sh sees that step alone).
+template <class Backend>
+class StepTelemetry {
+public:
+    explicit StepTelemetry(const Run<Backend>& run) : run_(run), run_start_(std::chrono::steady_clock::now()) {}
+    void before(int step) {
+        Backend::synchronize();
+        profiled_ = step + 1 == run_.max_steps;
+        if (profiled_) Backend::profiler_start();
+        start_ = std::chrono::steady_clock::now();
+        run_.zero->reset_traffic();  // count this step's training traffic only
+        launches_before_ = Backend::launches();
+    }
+    void after(int step, const StepRecord& r) {
+        Backend::synchronize();
+        if (profiled_) Backend::profiler_stop();
+        const uint64_t launches = Backend::launches() - launches_before_;
+        const auto now = std::chrono::steady_clock::now();
+        report_step(run_, step, r, std::chrono::duration<double, std::milli>(now - start_).count(),
+                    std::chrono::duration<double>(now - run_start_).count());
+        if (step == run_.resume_step && !run_.cfg.quiet) first_step(launches);
+        // the step after the first runs the micro-steps' graphs (the first ran without them)
+        if (step == run_.resume_step + 1 && launches > 0 && run_.graphs_apply() && !run_.cfg.quiet)
+            printf("rank %d kernel launches per step with CUDA graphs: %llu (a micro-step's forward and backward: one graph of %llu)\n",
+                   run_.rank, (unsigned long long)launches, (unsigned long long)run_.micro_step_graphs[0].launches);
+        peak_device_bytes_ = std::max(peak_device_bytes_, Backend::device_memory_in_use());
+    }
+    void finish() const {
+        if (peak_device_bytes_ > 0 && !run_.cfg.quiet)
+            printf("rank %d peak device memory in use after a step (every process on the GPU): %.2f MiB\n", run_.rank,
+                   peak_device_bytes_ / 1048576.0);
+    }
+
+private:
+    void first_step(uint64_t launches) const {
+        const ZeroTraffic t = run_.zero->traffic();
+        if (run_.zero->replica_count() == 1) printf("rank %d bytes moved per step: %s\n", run_.rank, bytes_said(t.inside).c_str());
+        else
+            printf("rank %d bytes moved per step: inside its group of %d: %s || across the %d groups: %s\n", run_.rank,
+                   run_.zero->group_size(), bytes_said(t.inside).c_str(), run_.zero->replica_count(), bytes_said(t.across).c_str());
+        if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run_.rank, (unsigned long long)launches);
+        if (const size_t taken = Backend::device_memory_taken())  // on a GPU: the buffers (as planned) against what the GPU lost
+            printf("rank %d device memory after step 1: %.2f MiB in the run's buffers, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
+                   run_.rank, memory_total(run_.memory(), false) / 1048576.0, taken / 1048576.0, Backend::device_memory_in_use() / 1048576.0);
+    }
+
+    const Run<Backend>& run_;
+    const std::chrono::steady_clock::time_point run_start_;
+    std::chrono::steady_clock::time_point start_;
+    bool profiled_ = false;
+    uint64_t launches_before_ = 0;
+    size_t peak_device_bytes_ = 0;  // on a GPU
+};
+
 // The story of a run, as llm.c tells it: for step 0..N, first what is due after `step` updates
 // (evaluations, text sample, checkpoint; at N all of them), then stop at N, else one update.
 // Returns each update's record; hook(step, zero) runs after each update (for tests).
 template <class Backend>
 std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const StepHook<Backend>& hook = {}) {
     Run<Backend> run(cfg, comm);
+    StepTelemetry<Backend> telemetry(run);
     std::vector<StepRecord> records;
-    size_t peak_device_bytes = 0;  // on a GPU
-    const auto run_start = std::chrono::steady_clock::now();
     for (int step = run.resume_step;; step++) {
         const bool last = step == run.max_steps;
         // the checkpoint keeps the sampler as it was before this step's evaluations: a run
@@ -896,46 +663,17 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         if (last && run.nonfinite.in_a_row() > 0 && run.rank == 0) run.nonfinite.print_stop(step, checkpoint_kept(run.cfg.output_dir));
         if (last) break;
 
-        Backend::synchronize();
-        // a profiler started with --profile-from-start off (Nsight Compute in scripts/bench_gpu.sh)
-        // sees the last step alone; without one these do nothing
-        const bool profiled = step + 1 == run.max_steps;
-        if (profiled) Backend::profiler_start();
-        const auto start = std::chrono::steady_clock::now();
-        run.zero->reset_traffic();  // count this step's training traffic only
         watchdog().set_activity("step " + std::to_string(step + 1));
-        const uint64_t launches_before = Backend::launches();
+        telemetry.before(step);
         records.push_back(train_step(run, step));
-        Backend::synchronize();
-        if (profiled) Backend::profiler_stop();
-        const uint64_t launches = Backend::launches() - launches_before;
-        const auto now = std::chrono::steady_clock::now();
-        report_step(run, step, records.back(), std::chrono::duration<double, std::milli>(now - start).count(),
-                    std::chrono::duration<double>(now - run_start).count());
-        if (step == run.resume_step && !run.cfg.quiet) {
-            const ZeroTraffic t = run.zero->traffic();
-            if (run.zero->replica_count() == 1) printf("rank %d bytes moved per step: %s\n", run.rank, bytes_said(t.inside).c_str());
-            else
-                printf("rank %d bytes moved per step: inside its group of %d: %s || across the %d groups: %s\n", run.rank,
-                       run.zero->group_size(), bytes_said(t.inside).c_str(), run.zero->replica_count(), bytes_said(t.across).c_str());
-            if (launches > 0) printf("rank %d kernel launches per step: %llu\n", run.rank, (unsigned long long)launches);
-            if (const size_t taken = Backend::device_memory_taken())  // on a GPU: the buffers (as planned) against what the GPU lost
-                printf("rank %d device memory after step 1: %.2f MiB in the run's buffers, %.2f MiB taken since the CUDA context was made, %.2f MiB in use on the GPU\n",
-                       run.rank, memory_total(run.memory(), false) / 1048576.0, taken / 1048576.0, Backend::device_memory_in_use() / 1048576.0);
-        }
-        // the step after the first runs the micro-steps' graphs (the first ran without them)
-        if (step == run.resume_step + 1 && launches > 0 && run.graphs_apply() && !run.cfg.quiet)
-            printf("rank %d kernel launches per step with CUDA graphs: %llu (a micro-step's forward and backward: one graph of %llu)\n",
-                   run.rank, (unsigned long long)launches, (unsigned long long)run.micro_step_graphs[0].launches);
-        peak_device_bytes = std::max(peak_device_bytes, Backend::device_memory_in_use());
+        telemetry.after(step, records.back());
         if (hook) hook(step, *run.zero);
         if (run.nonfinite.limit_reached()) {
             if (run.rank == 0) run.nonfinite.print_stop(step + 1, checkpoint_kept(run.cfg.output_dir));
             break;
         }
     }
-    if (peak_device_bytes > 0 && !cfg.quiet)
-        printf("rank %d peak device memory in use after a step (every process on the GPU): %.2f MiB\n", run.rank, peak_device_bytes / 1048576.0);
+    telemetry.finish();
     return records;
 }
 
@@ -965,11 +703,8 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     const LauncherPlace place = launcher_place();
     if (place.rank != 0) return;
     const int world = cfg.num_processes > 0 ? cfg.num_processes : place.world;
-    GPT2Config mc;
     const int resume_step = cfg.resume && !cfg.output_dir.empty() ? latest_checkpoint(cfg.output_dir) : 0;
-    if (resume_step > 0) mc = checkpoint_config(checkpoint_path(cfg.output_dir, "model", resume_step));
-    else if (!config_from_descriptor(cfg.init, &mc)) mc = checkpoint_config(cfg.init);
-    if (cfg.T <= 0 || cfg.T > mc.max_seq_len) fatal(2, "-t %d: expected 1..%d (the model's maxT)", cfg.T, mc.max_seq_len);
+    const ResolvedRun resolved = resolve_run(cfg, !Backend::device_is_host, world, place.node_ranks, resume_step);
     check_offload_flags(cfg, Backend::has_master_weights);
     if (!device_seen && cfg.device_memory.empty())
         fatal(2, "--plan --device %s: no GPU here to ask for its free memory; give --device-memory (e.g. 80GiB)", cfg.device.c_str());
@@ -980,16 +715,13 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     if (cfg.shard_group == "node" && cfg.num_processes > 0 && cfg.zero_stage > 0)
         fatal(2, "--plan -pn %d --shard-group node: the plan cannot see how many ranks each node will hold; give the group size (--shard-group N)",
               cfg.num_processes);
-    const std::string flags_error = zero_flags_error(cfg, world, place.node_ranks);
-    if (!flags_error.empty()) fatal(2, "%s", flags_error.c_str());
-    RunShape shape = run_shape(cfg, mc, cfg.B, cfg.T, world, shard_group_ranks(cfg, world, place.node_ranks));
+    if (!resolved.zero_flags_error.empty()) fatal(2, "%s", resolved.zero_flags_error.c_str());
+    RunShape shape = run_shape(cfg, resolved.model, cfg.B, resolved.T, world, resolved.shard_group);
     if (cfg.B == kAutoBatch) {
         shape.B = std::max(1, auto_micro_batch(plan, shape, budget, cfg.total_batch));
         printf("-b auto: B=%d\n", shape.B);
     }
-    const long per_micro = (long)shape.B * shape.T * world, total_batch = cfg.total_batch > 0 ? cfg.total_batch : per_micro;
-    if (total_batch % per_micro != 0) fatal(2, "-d %ld: expected a multiple of B*T*ranks = %ld", total_batch, per_micro);
-    print_plan(plan, shape, (int)(total_batch / per_micro), budget, offload_allowed<Backend>(cfg), Backend::name, stdout);
+    print_plan(plan, shape, accumulation_steps(cfg.total_batch, shape.B, shape.T, world), budget, offload_allowed(cfg, Backend::has_master_weights), Backend::name, stdout);
 }
 
 // ----------------------------------------------------------------------------
@@ -1014,7 +746,6 @@ int main(int argc, char** argv) {
     std::string no_cuda;  // CUDA's reason, when it finds no GPU
     bool use_cuda = cfg.device != "cpu" && CudaBackend::available(&no_cuda);
     if (cfg.plan) {  // a plan for a GPU may be made where there is none
-        if (cfg.T == 0) cfg.T = use_cuda || cfg.device == "cuda" ? 1024 : 64;
         if (use_cuda || cfg.device == "cuda") print_memory_plan<CudaBackend>(cfg, use_cuda);
         else print_memory_plan<CpuBackend>(cfg, true);
         return 0;
@@ -1027,13 +758,11 @@ int main(int argc, char** argv) {
     if (cfg.device == "cuda") fatal(2, "--device cuda: this binary was built without CUDA (build with nvcc)");
     const bool use_cuda = false;
     if (cfg.plan) {
-        if (cfg.T == 0) cfg.T = 64;
         print_memory_plan<CpuBackend>(cfg, true);
         return 0;
     }
 #endif
 #ifdef NO_MPI
-    if (cfg.T == 0) cfg.T = use_cuda ? 1024 : 64;
 #ifdef __CUDACC__
     if (use_cuda) {
         CudaBackend::init(0);
@@ -1062,7 +791,6 @@ int main(int argc, char** argv) {
         mpi_await(agreed, [] { return std::string("every rank's choice of backend (a rank still starting CUDA?)"); });
         use_cuda = all_cuda == 1;
 #endif
-        if (cfg.T == 0) cfg.T = use_cuda ? 1024 : 64;
 #ifdef __CUDACC__
         if (use_cuda) {
             // the ranks of a node take GPUs round-robin; NCCL needs one GPU per rank

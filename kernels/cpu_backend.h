@@ -17,6 +17,7 @@
 #include "cpu/quantize.h"
 #include "cpu/residual.h"
 #include "../common/io.h"
+#include "backend_interface.h"
 #include "backend_memory.h"
 #include "gemm_choices.h"
 #include "mlp_grads.h"
@@ -191,3 +192,4 @@ struct CpuBackend {
     static void reserve(const OpShapes&) {}
     static BackendMemory memory() { return {}; }
 };
+template struct BackendInterface<CpuBackend>;  // the shared list of ops (kernels/backend_interface.h)

@@ -13,6 +13,7 @@
 
 #include <cuda_profiler_api.h>
 
+#include "backend_interface.h"
 #include "backend_memory.h"
 #include "mlp_grads.h"
 #include "cpu/adamw.h"  // the host AdamW of ZeRO-Offload
@@ -318,3 +319,4 @@ struct CudaBackend {
                 c.scratch != nullptr ? 3u : 2u};
     }
 };
+template struct BackendInterface<CudaBackend>;  // the shared list of ops (kernels/backend_interface.h)

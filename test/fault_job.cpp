@@ -94,7 +94,6 @@ int main(int argc, char** argv) {
     if (fault.rank < 0 || fault.during.empty() || (fault.kind != "stall" && fault.kind != "exit"))
         fatal(2, "usage: fault_job --fault-rank R --fault-during ACTIVITY --fault stall|exit [train_gpt flags]");
     TrainConfig cfg = parse_args((int)rest.size(), rest.data());
-    if (cfg.T == 0) cfg.T = 64;
     MPI_Init(&argc, &argv);
     g_fatal_hook = abort_all_ranks;
     int status = 0;

@@ -58,7 +58,7 @@ TEST(Flags, BadValuesExitWithCode2) {
     EXPECT_EXIT(config_from_descriptor("L=2,NH=3,C=8", new GPT2Config), ExitedWithCode(2), "C=8 is not a multiple of NH=3");
 }
 
-// What --shard-group asks of the world it runs in (train_gpt.cu's zero_flags_error): a
+// What --shard-group asks of the world it runs in (train/flags.h's zero_flags_error): a
 // divisor of the ranks; `node` only where every node holds as many consecutive ranks
 TEST(Flags, ShardGroupMustSplitTheWorld) {
     TrainConfig c = parse({"-z", "1", "--shard-group", "2"});
@@ -70,8 +70,9 @@ TEST(Flags, ShardGroupMustSplitTheWorld) {
     EXPECT_EQ(shard_group_ranks(c, 16, 8), 8);
     EXPECT_EQ(zero_flags_error(c, 16, 8), "");
     EXPECT_EQ(zero_flags_error(c, 16, 0).rfind("--shard-group node: the nodes hold different numbers of ranks", 0), 0u);
-    EXPECT_EQ(shard_group_ranks(parse({"-z", "2"}), 4, 0), 4) << "all ranks by default";
-    EXPECT_EQ(shard_group_ranks(parse({"--shard-group", "2"}), 4, 0), 4) << "stage 0 shards nothing";
+    EXPECT_EQ(shard_group_ranks(parse({"-z", "2"}), 4, 0), 0) << "one group of all ranks by default";
+    EXPECT_EQ(shard_group_ranks(parse({"-z", "2", "--shard-group", "4"}), 4, 0), 0) << "a group of all ranks is one group";
+    EXPECT_EQ(shard_group_ranks(parse({"--shard-group", "2"}), 4, 0), 0) << "stage 0 shards nothing";
 }
 
 // int8 weights are for stage 3's gathers only

@@ -1,5 +1,5 @@
 // The memory plan: the bytes each rank of a run will hold, by category, known before anything is
-// allocated. It is not a second formula: train_gpt.cu's plan_memory() constructs the run's own
+// allocated. It is not a second formula: plan_memory() below constructs the run's own
 // allocating objects (zero/'s Zero, the model, the loss sums), with the very calls the run makes,
 // on CountingBackend, which hands out no memory and only counts it; the backend says what it will
 // reserve for the shapes its ops see (kernels/backend_memory.h). From the plan: whether a run fits
@@ -21,10 +21,12 @@
 
 #include "../common/io.h"
 #include "../kernels/backend_memory.h"
+#include "../model/gpt2.h"
 #include "../model/shape.h"
 #include "../zero/comm.h"
 #include "../zero/offload.h"  // host_memory_available
 #include "../zero/zero.h"
+#include "loss_sum.h"
 
 // what decides a rank's memory
 struct RunShape {
@@ -149,10 +151,53 @@ private:
     [[noreturn]] static void refuse() { fatal(1, "memory plan: a collective was started while planning"); }
 };
 
-// plan(shape, rank): the memory rank `rank` of the run `shape` describes holds (train_gpt.cu's
-// plan_memory). Rank 0 holds the most: its chunk of every tensor has real elements, so its
+// plan(shape, rank): the memory rank `rank` of the run `shape` describes holds (plan_memory()
+// below). Rank 0 holds the most: its chunk of every tensor has real elements, so its
 // optimizer table has an entry for each (the only thing that differs between ranks).
 using Planner = std::function<MemoryUse(const RunShape&, int rank)>;
+
+// ----------------------------------------------------------------------------
+// the run's memory, made by the same calls in the run and in its plan
+
+template <class Backend>
+std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm) {
+    return std::make_unique<Zero<Backend>>(s.stage, param_groups(s.model), comm,
+                                           ZeroOptions{s.master_weights, s.offload, s.shard_group, s.quantize_weights, s.quantize_grads});
+}
+template <class Backend>
+std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero) {
+    return std::make_unique<GPT2<Backend>>(s.model, s.B, s.T, s.recompute, zero);
+}
+constexpr int kLossSums = 2;  // a run's: the training loss's and the evaluations'
+// what a rank holds, by category, as the objects holding it count it
+template <class Backend>
+MemoryUse memory_use(const Zero<Backend>& zero, const GPT2<Backend>& model, const BackendMemory& backend) {
+    MemoryUse m;
+    m.zero = zero.memory();
+    m.activations = model.activation_bytes();
+    m.scratch = model.scratch_bytes();
+    m.loss_sums = kLossSums * LossSum<Backend>::kBytes;
+    m.backend = backend;
+    return m;
+}
+
+// The memory rank `rank` of the run `shape` would hold, allocating none: the run's own
+// constructors (make_zero, make_model, its loss sums) on CountingBackend, and what the backend
+// reserves for the model's shapes. Bytes the counting backend handed out beyond the categories
+// are `unnamed` (the tests check there are none).
+template <class Backend>
+MemoryUse plan_memory(const RunShape& shape, int rank) {
+    using Counting = CountingBackend<Backend>;
+    Counting::reset_counts();
+    PlanComm comm(rank, shape.world);
+    std::unique_ptr<Zero<Counting>> zero = make_zero<Counting>(shape, comm);
+    std::unique_ptr<GPT2<Counting>> model = make_model<Counting>(shape, *zero);
+    LossSum<Counting> loss_sums[kLossSums];
+    MemoryUse m = memory_use(*zero, *model, Backend::planned_memory(GPT2<Backend>::op_shapes(shape.model, shape.B, shape.T)));
+    m.unnamed = Counting::device_bytes - (memory_total(m, false) - m.backend.context - m.backend.kernel_scratch);
+    m.device_allocations = Counting::device_allocations + m.backend.device_allocations;
+    return m;
+}
 
 // ----------------------------------------------------------------------------
 // what fits

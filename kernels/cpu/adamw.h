@@ -48,12 +48,7 @@ inline void adamw_entry(P* params, float* master, const P* grads, float* m, floa
 #pragma omp simd
         for (size_t i = a; i < end; i++) {
             const float g = param_to_float(grad[i]) * s.grad_scale;  // read before param[i] is written: they may alias
-            const float mi = s.beta1 * mm[i] + (1.0f - s.beta1) * g;
-            const float vi = s.beta2 * vv[i] + (1.0f - s.beta2) * g * g;
-            mm[i] = mi;
-            vv[i] = vi;
-            float p = mw ? mw[i] : param_to_float(param[i]);
-            p -= s.lr * ((mi / bc1) / (sqrtf(vi / bc2) + s.eps) + wd * p);
+            const float p = adamw_element(mw ? mw[i] : param_to_float(param[i]), g, mm[i], vv[i], s.lr, s.beta1, s.beta2, bc1, bc2, s.eps, wd);
             if (mw) mw[i] = p;
             store_param(param + i, p, random_u32_from(high, low0 + (uint32_t)i));
         }

@@ -24,12 +24,10 @@ __global__ void adamw_kernel(floatX* params, float* master, const floatX* grads,
         const size_t i = e - t.start, s = t.state_offset + i;
         floatX* param = params + t.param_offset + i;
         const float g = (float)grads[t.grad_offset + i] * grad_scale;
-        const float mi = beta1 * m[s] + (1.0f - beta1) * g;
-        const float vi = beta2 * v[s] + (1.0f - beta2) * g * g;
+        float mi = m[s], vi = v[s];
+        const float p = adamw_element(master ? master[s] : (float)*param, g, mi, vi, lr, beta1, beta2, bc1, bc2, eps, t.decay ? wd : 0.0f);
         m[s] = mi;
         v[s] = vi;
-        float p = master ? master[s] : (float)*param;
-        p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + (t.decay ? wd : 0.0f) * p);
         if (master) master[s] = p;
         store_rounded(param, p, seed, rounding_index(t, i));
     }
