@@ -24,10 +24,9 @@
 // spills: `make test` checks ptxas's report for sm_80 and sm_90), which leaves room for 8 to 12
 // warps an SM; two warps per scheduler hide ldmatrix and exp2 latency behind the other's mma.
 // Rows of 32 a warp (forward) instead of 16 let each K and V fragment loaded from shared memory
-// serve two products, halving the shared-memory reads per mma. Each shape was the fastest of
-// those scripts/bench_attention --sweep times on an H200 that keep every register (docs/gpu_runs.md):
-// dK/dV with 4 warps and queries 128 a tile was 9% faster there but needs all 255 registers on
-// sm_90 and spills on sm_80.
+// serve two products, halving the shared-memory reads per mma. Each shape is the fastest of those
+// scripts/bench_attention --sweep times that keep every register; a faster dK/dV shape (4 warps,
+// query tiles of 128) needs all 255 registers on sm_90 and spills on sm_80 (docs/gpu_runs.md).
 #pragma once
 #include "../attention_tiles.h"
 #include "attention_heads.cuh"
