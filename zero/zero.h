@@ -21,19 +21,22 @@
 // each, the middle ones take turns in two), a piece at a time (zero/pieces.h). A slot has at
 // most one of each kind under way and finishes it before it reuses that one's buffers, so each
 // runs while the model computes on:
-//   gather   stage 3: a group's parameters into the slot. Started by params(g), or ahead of it
-//            by prefetch(g); finished by params(g).
-//   reduce   a group's gradients summed inside the shard group (stages 2-3 in every micro-step,
-//            0-1 in the last). Started by grads_done(g), or by grad_norm() for the groups no
-//            backward reduced; finished by the slot's next reduce, or by grad_norm().
-//   across   with shard groups: the step's last reduce of a piece all-reduced across groups.
-//            Started where that reduce finishes; finished where the slot's next reduce starts,
-//            or by grad_norm(). As int8 in two halves: an all-to-all, then, from the next
-//            reduce_group on any slot, an all-gather.
-//   updated  stages 1-2: the new parameters all-gathered. Started by update(), group by group;
-//            finished before the slot's next piece, and at the end of update().
+//   gather   stage 3: a group's parameters, into the slot. start_gather(), from params(g) or
+//            ahead of it from prefetch(g); finished in params(g) (an unused prefetch: by the
+//            next gather, or in grad_norm()).
+//   reduce   a group's gradients summed inside the shard group (stages 2-3 in every
+//            micro-step, 0-1 in the last). reduce_group(), from grads_done(g) or, for the
+//            groups no backward reduced, from grad_norm(); finish_reduce() before the slot's
+//            next piece, and in grad_norm().
+//   across   with shard groups: the step's last reduce of a piece, all-reduced across groups.
+//            start_across(), from finish_reduce(); finish_across(), from the slot's next
+//            finish_reduce(), and in grad_norm(). As int8 in two halves: an all-to-all, then
+//            an all-gather, started by the next reduce_group() on any slot (gather_across()).
+//   updated  stages 1-2: the new parameters all-gathered. start_gather_updated(), from
+//            update(); finish_gather_updated() before the slot's next piece, and at the end
+//            of update().
 // A group's gradient is final for the step when its last piece's reduce (with shard groups: its
-// across) of the step finishes; offloaded, it leaves for the host then (offload_final_grads).
+// across) of the step finishes; offloaded, it leaves for the host then (offload_final_grads()).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -340,8 +343,9 @@ public:
                 if (!reduced_[g]) reduce_group(g);
         last_micro_step_ = false;  // the gradients may be read again
         for (Slot& slot : slots_) {
-            finish_reduce(slot);                            // the slot's last reduce, which may start an across ...
-            offload_final_grads(finish_across(slot));      // ... finished here
+            // the slot's last reduce, then the across it may start
+            finish_reduce(slot);
+            offload_final_grads(finish_across(slot));
             if (slot.gather.active()) comm_.wait(slot.gather.ticket);  // of parameters about to change
             slot.gather = {};
         }
@@ -420,7 +424,7 @@ private:
         floatX* bucket = nullptr;        // stages 2-3: the group's gradients of the micro-step
         floatX* params = nullptr;        // stage 3: the group's gathered parameters, in its layout
         floatX* gathered = nullptr;      // stage 3: the rank-major buffer they are gathered into
-        QuantizedBuffers int8;
+        QuantizedBuffers int8;           // the buffers of int8 rows (zero/quantized_exchange.h)
         int params_group = -1;  // the group whose parameters `params` holds or is receiving
         int bucket_group = -1;  // the group whose gradients `bucket` collects
         InFlight gather, reduce, across, updated;
