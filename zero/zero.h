@@ -12,36 +12,35 @@
 //   stage 3  parameters sharded too: each group is all-gathered into a slot just before use
 // ZeroPolicy below is this table as data; the methods read it, never the stage number.
 //
-// The training loop calls zero_grads() once per step, begin_micro_step(last) before each
-// micro-step's forward, params(g) (at stage 3 prefetch(g) too) in forward and backward,
-// grads(g) and grads_done(g) in backward, group by group, then grad_norm() and update(). An
-// evaluation needs only params(g).
+// The training loop calls zero_grads() once per step and begin_micro_step(last) before each
+// micro-step's forward. Group by group the model then asks params(g) in forward and backward,
+// and at stage 3 prefetch(g) for the group it computes next; in backward it asks grads(g) and
+// says grads_done(g). Then grad_norm() and update(). An evaluation needs only params(g).
 //
-// The collectives. Each goes through its group's Slot (the first and the last group have one
-// each, the middle ones take turns in two), a piece at a time (zero/pieces.h). A slot has at
+// The collectives. Each goes through its group's Slot, a piece at a time (zero/pieces.h): the
+// first and the last group have a slot each, the middle ones take turns in two. A slot has at
 // most one of each kind under way and finishes it before it reuses that one's buffers, so each
 // runs while the model computes on:
 //   gather   stage 3: a group's parameters, into the slot. start_gather(), from params(g) or
-//            ahead of it from prefetch(g); finished in params(g) (an unused prefetch: by the
-//            next gather, or in grad_norm()).
-//   reduce   a group's gradients summed inside the shard group (stages 2-3 in every
-//            micro-step, 0-1 in the last). reduce_group(), from grads_done(g) or, for the
-//            groups no backward reduced, from grad_norm(); finish_reduce() before the slot's
+//            ahead of it from prefetch(g); finished in params(g). An unused prefetch is waited
+//            for by the next gather or in grad_norm().
+//   reduce   a group's gradients summed inside the shard group, in every micro-step at stages
+//            2-3 and in the last at stages 0-1. reduce_group(), from grads_done(g), or from
+//            grad_norm() for the groups no backward reduced; finish_reduce() before the slot's
 //            next piece, and in grad_norm().
 //   across   with shard groups: the step's last reduce of a piece, all-reduced across groups.
 //            start_across(), from finish_reduce(); finish_across(), from the slot's next
-//            finish_reduce(), and in grad_norm(). As int8 in two halves: an all-to-all, then
-//            an all-gather, started by the next reduce_group() on any slot (gather_across()).
+//            finish_reduce(), and in grad_norm(). As int8 it goes in two halves, an all-to-all
+//            and then an all-gather, which gather_across() starts at the next reduce_group() or,
+//            for the last, in grad_norm().
 //   updated  stages 1-2: the new parameters all-gathered. start_gather_updated(), from
 //            update(); finish_gather_updated() before the slot's next piece, and at the end
 //            of update().
-// A group's gradient is final for the step when its last piece's reduce (with shard groups: its
-// across) of the step finishes; offloaded, it leaves for the host then (offload_final_grads()).
+// A group's gradient is final for the step when the step's reduce of its last piece finishes,
+// with shard groups its across; offloaded, it then leaves for the host (offload_final_grads()).
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <utility>
 #include <vector>
