@@ -64,8 +64,8 @@ public:
     }
 
     // Rank r's pieces of every tensor in shard order, for the optimizer's launches. The
-    // parameters (gradients) sit in the flat full-size buffer when full_params (full_grads),
-    // else in the shard; Adam state is always in the shard.
+    // parameters sit in the flat full-size buffer when full_params, else in the shard, and so do
+    // the gradients by full_grads; Adam state is always in the shard.
     std::vector<ShardTensor> shard_table(int r, bool full_params, bool full_grads) const {
         std::vector<ShardTensor> table;
         size_t start = 0;
