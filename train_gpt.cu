@@ -170,7 +170,7 @@ std::string sample_text(GPT2<Backend>& model, const Tokenizer& tokenizer, int n,
 // One line for each llm.c flag given that this backend cannot act on, so none is silently ignored.
 template <class Backend>
 void note_inapplicable_flags(const TrainConfig& cfg) {
-    if (given(cfg, "-w") && !Backend::has_master_weights)
+    if (given(cfg, "-w") && !Backend::params_narrower_than_fp32)
         printf("note: -w: the %s backend's parameters are fp32 already, so there are no separate master weights\n", Backend::name);
     if (given(cfg, "-f")) printf("note: -f: this trainer's matmuls never use TF32 (fp32 stays fp32), so there is nothing to switch\n");
     if (given(cfg, "-ge")) printf("note: -ge: GELU runs inside the matmuls in the bf16 CUDA build wherever cuBLASLt offers it, as its own kernel elsewhere, whatever -ge says\n");
@@ -376,7 +376,7 @@ private:
     // memory fits, from the run's plan (train/memory_plan.h), before anything large is
     // allocated: one line and exit 1 when it does not
     void size_memory() {
-        check_offload_flags(cfg, Backend::has_master_weights);
+        check_offload_flags(cfg, Backend::params_narrower_than_fp32);
         const Planner plan = plan_memory<Backend>;
         const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, ranks_sharing_memory());
         RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
@@ -385,7 +385,7 @@ private:
             if (shape.B == 0) {
                 shape.B = 1;
                 if (rank != 0) comm.barrier();  // rank 0 says why and ends the job
-                fatal(1, "-b auto: not even B=1 fits: %s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::has_master_weights)).c_str());
+                fatal(1, "-b auto: not even B=1 fits: %s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::params_narrower_than_fp32)).c_str());
             }
             if (prints_run) printf("%s\n", auto_batch_words(plan, shape, budget, cfg.total_batch).c_str());
             B = shape.B;
@@ -393,7 +393,7 @@ private:
         const MemoryUse mine = plan(shape, rank);
         const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
         if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
-        if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::has_master_weights)).c_str());
+        if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::params_narrower_than_fp32)).c_str());
     }
 
     // How many of the run's ranks share this rank's memory: on a GPU the ranks whose GPU is this
@@ -705,7 +705,7 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     const int world = cfg.num_processes > 0 ? cfg.num_processes : place.world;
     const int resume_step = cfg.resume && !cfg.output_dir.empty() ? latest_checkpoint(cfg.output_dir) : 0;
     const ResolvedRun resolved = resolve_run(cfg, !Backend::device_is_host, world, place.node_ranks, resume_step);
-    check_offload_flags(cfg, Backend::has_master_weights);
+    check_offload_flags(cfg, Backend::params_narrower_than_fp32);
     if (!device_seen && cfg.device_memory.empty())
         fatal(2, "--plan --device %s: no GPU here to ask for its free memory; give --device-memory (e.g. 80GiB)", cfg.device.c_str());
     const Planner plan = plan_memory<Backend>;
@@ -721,7 +721,7 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
         shape.B = std::max(1, auto_micro_batch(plan, shape, budget, cfg.total_batch));
         printf("-b auto: B=%d\n", shape.B);
     }
-    print_plan(plan, shape, accumulation_steps(cfg.total_batch, shape.B, shape.T, world), budget, offload_allowed(cfg, Backend::has_master_weights), Backend::name, stdout);
+    print_plan(plan, shape, accumulation_steps(cfg.total_batch, shape.B, shape.T, world), budget, offload_allowed(cfg, Backend::params_narrower_than_fp32), Backend::name, stdout);
 }
 
 // ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ template <class B>
 struct BackendInterface {
     using X = typename B::floatX;
     static_assert(std::is_same_v<decltype(B::name), const char* const>, "name");
-    static_assert(std::is_same_v<decltype(B::has_master_weights), const bool>, "has_master_weights");
+    static_assert(std::is_same_v<decltype(B::params_narrower_than_fp32), const bool>, "params_narrower_than_fp32");
     static_assert(std::is_same_v<decltype(B::device_is_host), const bool>, "device_is_host");
     static_assert(std::is_same_v<decltype(B::run_captured(std::declval<typename B::CapturedWork&>(), std::declval<void (&)()>())), void>, "run_captured");
     static_assert(std::is_same_v<decltype(&B::device_name), std::string (*)()>, "device_name");

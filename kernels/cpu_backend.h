@@ -26,7 +26,7 @@
 struct CpuBackend {
     using floatX = float;  // parameters, activations and gradients
     static constexpr const char* name = "cpu";
-    static constexpr bool has_master_weights = false;  // fp32 params are their own master copy
+    static constexpr bool params_narrower_than_fp32 = false;  // fp32 params are their own master copy
     static std::string device_name() { return "cpu"; }
     static std::string attention_kernels(int, int) { return "CPU loops (kernels/cpu/attention.h)"; }
 

@@ -34,9 +34,9 @@ struct CudaBackend {
     using floatX = gpu::floatX;
     static constexpr const char* name = "cuda";
 #ifdef ENABLE_FP32
-    static constexpr bool has_master_weights = false;
+    static constexpr bool params_narrower_than_fp32 = false;
 #else
-    static constexpr bool has_master_weights = true;  // bf16 params, fp32 master copy in zero/
+    static constexpr bool params_narrower_than_fp32 = true;  // bf16 params, fp32 master copy in zero/
 #endif
 
     // a usable GPU is present; never aborts. Without one, `why` (where given) gets CUDA's reason:

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../common/io.h"
-#include "../zero/partition.h"  // TensorSlice: how zero/ takes the groups
+#include "../common/tensor_slice.h"
 
 // the model's shape, as the checkpoint header stores it
 struct GPT2Config {

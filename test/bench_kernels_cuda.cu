@@ -265,12 +265,12 @@ int main(int argc, char** argv) {
         X* grads = device_random<X>(P, 91);
         float* m = device_random<float>(P, 92, false);
         float* v = device_random<float>(P, 93, false);
-        float* master = G::has_master_weights ? device_random<float>(P, 94) : nullptr;
+        float* master = G::params_narrower_than_fp32 ? device_random<float>(P, 94) : nullptr;
         ShardTensor entry{0, P, 0, 0, 0, 0, 1};
         ShardTensor* dev = (ShardTensor*)G::alloc(sizeof(entry));
         G::from_host(dev, &entry, sizeof(entry));
         ShardTable table{&entry, dev, 1, P};
-        const double adam_bytes = P * (2 * x + (G::has_master_weights ? 8.0 : 0.0) + 16.0);
+        const double adam_bytes = P * (2 * x + (G::params_narrower_than_fp32 ? 8.0 : 0.0) + 16.0);
         report("adamw_update", adam_bytes, median_ms(1, [&](int) {
                    G::adamw_update(params, master, grads, m, v, table, AdamWStep{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7});
                }), 1);

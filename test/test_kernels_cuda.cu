@@ -900,15 +900,15 @@ void check_adamw(size_t n) {
     DevTable table(flat_pieces(n, {n / 3, n / 2}));
     Dev<X> d_param = up(param), d_grad = up(grad);
     Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
-    float* master_p = G::has_master_weights ? d_master.p : nullptr;
+    float* master_p = G::params_narrower_than_fp32 ? d_master.p : nullptr;
     G::adamw_update(d_param.p, master_p, d_grad.p, d_m.p, d_v.p, table.table, AdamWStep{lr, b1, b2, eps, wd, scale, t, seed});
-    std::vector<float>& ref = G::has_master_weights ? master : param;
+    std::vector<float>& ref = G::params_narrower_than_fp32 ? master : param;
     CpuBackend::adamw_update(ref.data(), nullptr, grad.data(), m.data(), v.data(), table.table,
                              AdamWStep{lr, b1, b2, eps, wd, scale, t, seed});
     expect_close(down(d_m), m, {1e-6f, 1e-5f}, "adamw m");
     expect_close(down(d_v), v, {1e-6f, 1e-5f}, "adamw v");
     std::vector<float> got = down(d_param);
-    if (G::has_master_weights) {
+    if (G::params_narrower_than_fp32) {
         expect_close(down(d_master), master, {1e-6f, 1e-6f}, "adamw master");
         // param is master rounded down or up to the next bf16: within one bf16 ulp
         size_t bad = 0, ups = 0, inexact = 0;
@@ -949,7 +949,7 @@ std::vector<unsigned char> adamw_bits(const std::vector<float>& master, const st
     DevTable table(entries);
     Dev<X> p = up(shard_master), g = up(shard_grad);
     Dev<float> mw = up_raw(shard_master), m(n), v(n);
-    G::adamw_update(p.p, G::has_master_weights ? mw.p : nullptr, g.p, m.p, v.p, table.table,
+    G::adamw_update(p.p, G::params_narrower_than_fp32 ? mw.p : nullptr, g.p, m.p, v.p, table.table,
                     AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, seed});
     std::vector<unsigned char> shard = bytes(p), flat(n * sizeof(X));
     for (const ShardTensor& t : entries)
@@ -964,7 +964,7 @@ TEST_F(Cuda, AdamWSeedReproducible) {
     const std::vector<ShardTensor> whole = flat_pieces(n, {});
     EXPECT_TRUE(adamw_bits(master, grad, whole, 7) == adamw_bits(master, grad, whole, 7))
         << "adamw: same seed, different parameters";
-    if (G::has_master_weights)
+    if (G::params_narrower_than_fp32)
         EXPECT_FALSE(adamw_bits(master, grad, whole, 7) == adamw_bits(master, grad, whole, 8))
             << "adamw: the seed does not reach the rounding";
     // the same parameters held as two tensors in the other order (as another ZeRO stage or rank
@@ -990,17 +990,17 @@ TEST_F(Cuda, HostAdamWMatchesTheGpuKernel) {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
     Dev<X> d_param = up(master), d_grad = up(grad);
     Dev<float> d_master = up_raw(master), d_m = up_raw(m), d_v = up_raw(v);
-    G::adamw_update(d_param.p, G::has_master_weights ? d_master.p : nullptr, d_grad.p, d_m.p, d_v.p, table.table,
+    G::adamw_update(d_param.p, G::params_narrower_than_fp32 ? d_master.p : nullptr, d_grad.p, d_m.p, d_v.p, table.table,
                     AdamWStep{lr, b1, b2, eps, wd, scale, 3, 77});
     // the host's staging: floatX gradients in, floatX parameters out
     std::vector<X> staging(n);
     G::to_host(staging.data(), d_grad.p, n * sizeof(X));
-    std::vector<float> h_master = G::has_master_weights ? master : down(up(master));
+    std::vector<float> h_master = G::params_narrower_than_fp32 ? master : down(up(master));
     G::adamw_update_host(staging.data(), h_master.data(), staging.data(), m.data(), v.data(), entries.data(),
                          (int)entries.size(), AdamWStep{lr, b1, b2, eps, wd, scale, 3, 77});
     expect_close(m, down(d_m), {1e-6f, 1e-5f}, "host adamw m");
     expect_close(v, down(d_v), {1e-6f, 1e-5f}, "host adamw v");
-    if (G::has_master_weights) expect_close(h_master, down(d_master), {1e-6f, 1e-6f}, "host adamw master");
+    if (G::params_narrower_than_fp32) expect_close(h_master, down(d_master), {1e-6f, 1e-6f}, "host adamw master");
     std::vector<unsigned char> host_bits(n * sizeof(X)), gpu_bits = bytes(d_param);
     memcpy(host_bits.data(), staging.data(), host_bits.size());
     size_t differ = 0;

@@ -215,7 +215,7 @@ void expect_single_rank_training(int stage, int N) {
         // and gradients and fp32 master weights, m and v; fp32 without master weights on the CPU
         const ZeroMemory& m = zero.memory();
         const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
-        const uint64_t state_elements = stage == 0 ? P : S, master = TestBackend::has_master_weights ? 4 : 0;
+        const uint64_t state_elements = stage == 0 ? P : S, master = TestBackend::params_narrower_than_fp32 ? 4 : 0;
         bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 8 * state_elements ||
                       m.master != master * state_elements;
         bad_memory += plan.shard_size() != (stage == 0 ? P : S);
@@ -650,7 +650,7 @@ OffloadRun train_offload_case(Communicator& comm, int stage, bool offload, const
         const ZeroMemory& m = zero.memory();
         const uint64_t P = shard_elements(1), S = shard_elements(stage == 0 ? 1 : comm.world()), X = sizeof(TestBackend::floatX);
         const uint64_t want_params = stage <= 2 ? P * X : S * X, want_grads = stage <= 1 ? P * X : S * X;
-        const uint64_t master = TestBackend::has_master_weights ? 4 : 0;
+        const uint64_t master = TestBackend::params_narrower_than_fp32 ? 4 : 0;
         if (offload)
             run.bad_memory += m.params != want_params || m.grads != want_grads || m.optimizer != 0 || m.master != 0 ||
                               m.host_optimizer != 12 * S || m.host_staging != X * S;

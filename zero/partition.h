@@ -14,13 +14,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "../common/tensor_slice.h"
 #include "../kernels/shard_table.h"
-
-struct TensorSlice {
-    size_t offset;  // in the flat (unsharded) parameter buffer
-    size_t n;
-    bool decay;     // AdamW weight decay applies (2-D weights)
-};
 
 class PartitionPlan {
 public:

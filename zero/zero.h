@@ -146,7 +146,7 @@ public:
           plan_(groups, policy_.shards_optimizer ? comm_.world() : 1),
           rank_(policy_.shards_optimizer ? comm_.rank() : 0),
           pieces_(plan_, rank_),
-          master_in_state_(Backend::has_master_weights && options.master_weights),
+          master_in_state_(Backend::params_narrower_than_fp32 && options.master_weights),
           // int8 where there is something to send: stage 3's gathers among two or more ranks,
           // the reductions of stages 1-3 among two or more ranks or across shard groups
           int8_(pieces_, comm_, replicas_, options.quantize_weights && policy_.shards_params && comm_.world() > 1,
