@@ -207,6 +207,17 @@ __device__ inline void store_rows(floatX* dst, size_t stride, int row0, int T, i
     }
 }
 
+// K and V rows [tile * ROWS, tile * ROWS + ROWS) of the block's head into stage `stage` of
+// kv_smem: K at 2 stage, V at 2 stage + 1 (ROWS rows each). q_base: the head's first q element.
+template <int HS, int ROWS, int THREADS>
+__device__ inline void load_kv_tile(floatX* kv_smem, int tile, int stage, const floatX* q_base, const FlashArgs& args) {
+    constexpr int LD = kSmemLd<HS>;
+    const size_t C3 = (size_t)3 * args.C;
+    floatX* k_dst = kv_smem + 2 * stage * ROWS * LD;
+    load_tile<HS, ROWS, THREADS>(k_dst, q_base + args.C, C3, tile * ROWS, args.T, args.hs, args.vec);
+    load_tile<HS, ROWS, THREADS>(k_dst + ROWS * LD, q_base + 2 * args.C, C3, tile * ROWS, args.T, args.hs, args.vec);
+}
+
 // ----------------------------------------------------------------------------
 // forward. grid (query blocks, attention_grid's heads)
 
@@ -233,11 +244,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
     const float scale_log2 = attn::scale_log2(args.hs);
     const int tiles = attn::key_tiles_seen(q0, BQ, args.T, BK);
 
-    auto load_kv = [&](int tile, int stage) {
-        floatX* k_dst = kv_smem + 2 * stage * BK * LD;
-        load_tile<HS, BK, THREADS>(k_dst, q_base + args.C, C3, tile * BK, args.T, args.hs, args.vec);
-        load_tile<HS, BK, THREADS>(k_dst + BK * LD, q_base + 2 * args.C, C3, tile * BK, args.T, args.hs, args.vec);
-    };
+    auto load_kv = [&](int tile, int stage) { load_kv_tile<HS, BK, THREADS>(kv_smem, tile, stage, q_base, args); };
     load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, args.T, args.hs, args.vec);
     load_kv(0, 0);
     cp_async_commit();
@@ -466,11 +473,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
     const float scale_log2 = attn::scale_log2(args.hs);
     const int tiles = attn::key_tiles_seen(q0, BQ, args.T, BK);
 
-    auto load_kv = [&](int tile, int stage) {
-        floatX* k_dst = kv_smem + 2 * stage * BK * LD;
-        load_tile<HS, BK, THREADS>(k_dst, q_base + args.C, C3, tile * BK, args.T, args.hs, args.vec);
-        load_tile<HS, BK, THREADS>(k_dst + BK * LD, q_base + 2 * args.C, C3, tile * BK, args.T, args.hs, args.vec);
-    };
+    auto load_kv = [&](int tile, int stage) { load_kv_tile<HS, BK, THREADS>(kv_smem, tile, stage, q_base, args); };
     load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, args.T, args.hs, args.vec);
     load_tile<HS, BQ, THREADS>(do_smem, args.dout + (size_t)b * args.T * args.C + h * args.hs, args.C, q0, args.T,
                                args.hs, args.vec);
