@@ -207,6 +207,37 @@ __device__ inline void store_rows(floatX* dst, size_t stride, int row0, int T, i
     }
 }
 
+// The side a kernel streams (K and V, or Q and dO) goes through shared memory a tile at a time,
+// two stages deep: while the block computes on tile i in stage i & 1, cp.async fills tile i + 1
+// into the other stage. load(tile, stage) issues one tile's copies. A kernel's loop over the
+// tiles [first, last):
+//     stream_first_tile(first, load);
+//     for (int i = first; i < last; i++) {
+//         prefetch_next_await_tile(i, last, load);
+//         ... compute on tile i, in stage i & 1
+//         __syncthreads();  // no warp still reads the stage that tile i + 2 fills
+//     }
+//
+// the first tile's copies, in one group with those the caller issued before (the block's own rows)
+template <class Load>
+__device__ inline void stream_first_tile(int first, const Load& load) {
+    load(first, first & 1);
+    cp_async_commit();
+}
+// starts tile i + 1 (the other stage was last read before the previous iteration's barrier), then
+// waits until the whole block sees tile i
+template <class Load>
+__device__ inline void prefetch_next_await_tile(int i, int last, const Load& load) {
+    if (i + 1 < last) {
+        load(i + 1, (i + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 // K and V rows [tile * ROWS, tile * ROWS + ROWS) of the block's head into stage `stage` of
 // kv_smem: K at 2 stage, V at 2 stage + 1 (ROWS rows each). q_base: the head's first q element.
 template <int HS, int ROWS, int THREADS>
@@ -246,8 +277,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
 
     auto load_kv = [&](int tile, int stage) { load_kv_tile<HS, BK, THREADS>(kv_smem, tile, stage, q_base, args); };
     load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, args.T, args.hs, args.vec);
-    load_kv(0, 0);
-    cp_async_commit();
+    stream_first_tile(0, load_kv);
 
     RegisterRows<HS, MT> q_rows;
     float o[MT][HS / 8][4], m[MT][2], l[MT][2];
@@ -258,14 +288,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
         for (int half = 0; half < 2; half++) m[mt][half] = -INFINITY, l[mt][half] = 0.0f;
 
     for (int j = 0; j < tiles; j++) {
-        if (j + 1 < tiles) {  // the other stage was last read before the previous iteration's barrier
-            load_kv(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        prefetch_next_await_tile(j, tiles, load_kv);
         if (j == 0) q_rows.load(q_smem, warp_row, lane);
         const int k0 = j * BK;
         const floatX* k_tile = kv_smem + 2 * (j & 1) * BK * LD;
@@ -312,7 +335,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
                 }
             mma_p_times_tile<HS, MT, BK>(o, s, k_tile + BK * LD, lane);  // O += P V
         }
-        __syncthreads();
+        __syncthreads();  // no warp still reads the stage that tile j + 2 fills
     }
 
     float inv[MT][2];
@@ -377,8 +400,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
     };
     load_tile<HS, BKV, THREADS>(k_smem, q_base + args.C, C3, k0, args.T, args.hs, args.vec);
     load_tile<HS, BKV, THREADS>(v_smem, q_base + 2 * args.C, C3, k0, args.T, args.hs, args.vec);
-    load_queries(first, first & 1);
-    cp_async_commit();
+    stream_first_tile(first, load_queries);
 
     // K and V rows of this warp as A operands: kept in registers, or reread from shared memory at
     // every tile where registers are short (kernels/attention_tiles.h)
@@ -393,15 +415,8 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
     zero(dv);
 
     for (int i = first; i < last; i++) {
+        prefetch_next_await_tile(i, last, load_queries);
         const int stage = i & 1;
-        if (i + 1 < last) {
-            load_queries(i + 1, stage ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
         if constexpr (Tiles::kv_in_registers) {
             if (i == first) {
                 k_rows.load(k_smem, warp_row, lane);
@@ -433,7 +448,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
             mma_p_times_tile<HS, 1, BQ>(dv, st, do_tile, lane);  // dV += P^T dO
             mma_p_times_tile<HS, 1, BQ>(dk, dpt, q_tile, lane);  // dK += dS^T Q
         }
-        __syncthreads();
+        __syncthreads();  // no warp still reads the stage that tile i + 2 fills
     }
 
     const float scale = 1.0f / sqrtf((float)args.hs);
@@ -477,8 +492,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
     load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, args.T, args.hs, args.vec);
     load_tile<HS, BQ, THREADS>(do_smem, args.dout + (size_t)b * args.T * args.C + h * args.hs, args.C, q0, args.T,
                                args.hs, args.vec);
-    load_kv(0, 0);
-    cp_async_commit();
+    stream_first_tile(0, load_kv);
 
     // this lane's two rows: g and g + 8 of the warp's 16
     float lse_log2[2], delta[2];
@@ -493,14 +507,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
     zero(dq);
 
     for (int j = 0; j < tiles; j++) {
-        if (j + 1 < tiles) {
-            load_kv(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        prefetch_next_await_tile(j, tiles, load_kv);
         if (j == 0) {
             q_rows.load(q_smem, warp_row, lane);
             do_rows.load(do_smem, warp_row, lane);
@@ -525,7 +532,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
                 }
             mma_p_times_tile<HS, 1, BK>(dq, dp, k_tile, lane);  // dQ += dS K
         }
-        __syncthreads();
+        __syncthreads();  // no warp still reads the stage that tile j + 2 fills
     }
 
     const float scale = 1.0f / sqrtf((float)args.hs), scaled[1][2] = {{scale, scale}};
