@@ -207,16 +207,11 @@ __device__ inline void store_rows(floatX* dst, size_t stride, int row0, int T, i
     }
 }
 
-// The side a kernel streams (K and V, or Q and dO) goes through shared memory a tile at a time,
-// two stages deep: while the block computes on tile i in stage i & 1, cp.async fills tile i + 1
-// into the other stage. load(tile, stage) issues one tile's copies. A kernel's loop over the
-// tiles [first, last):
-//     stream_first_tile(first, load);
-//     for (int i = first; i < last; i++) {
-//         prefetch_next_await_tile(i, last, load);
-//         ... compute on tile i, in stage i & 1
-//         __syncthreads();  // no warp still reads the stage that tile i + 2 fills
-//     }
+// The side a kernel streams (K and V, or Q, dO, lse and D) goes through shared memory a tile at
+// a time, two stages deep: while the block computes on tile i in stage i & 1, cp.async fills
+// tile i + 1 into the other stage. load(tile, stage) issues one tile's copies. A kernel calls
+// stream_first_tile before its loop over the tiles, prefetch_next_await_tile first in each
+// iteration and __syncthreads() last, so that no warp still reads the stage tile i + 2 fills.
 //
 // the first tile's copies, in one group with those the caller issued before (the block's own rows)
 template <class Load>
@@ -335,7 +330,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
                 }
             mma_p_times_tile<HS, MT, BK>(o, s, k_tile + BK * LD, lane);  // O += P V
         }
-        __syncthreads();  // no warp still reads the stage that tile j + 2 fills
+        __syncthreads();  // no warp still reads the stage tile j + 2 fills
     }
 
     float inv[MT][2];
@@ -448,7 +443,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
             mma_p_times_tile<HS, 1, BQ>(dv, st, do_tile, lane);  // dV += P^T dO
             mma_p_times_tile<HS, 1, BQ>(dk, dpt, q_tile, lane);  // dK += dS^T Q
         }
-        __syncthreads();  // no warp still reads the stage that tile i + 2 fills
+        __syncthreads();  // no warp still reads the stage tile i + 2 fills
     }
 
     const float scale = 1.0f / sqrtf((float)args.hs);
@@ -532,7 +527,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
                 }
             mma_p_times_tile<HS, 1, BK>(dq, dp, k_tile, lane);  // dQ += dS K
         }
-        __syncthreads();  // no warp still reads the stage that tile j + 2 fills
+        __syncthreads();  // no warp still reads the stage tile j + 2 fills
     }
 
     const float scale = 1.0f / sqrtf((float)args.hs), scaled[1][2] = {{scale, scale}};
