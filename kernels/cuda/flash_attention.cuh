@@ -207,6 +207,43 @@ __device__ inline void store_rows(floatX* dst, size_t stride, int row0, int T, i
     }
 }
 
+// The side a kernel streams (K and V, or Q, dO, lse and D) goes through shared memory a tile at
+// a time, two stages deep: while the block computes on tile i in stage i & 1, cp.async fills
+// tile i + 1 into the other stage. load(tile, stage) issues one tile's copies. A kernel calls
+// stream_first_tile before its loop over the tiles, prefetch_next_await_tile first in each
+// iteration and __syncthreads() last, so that no warp still reads the stage tile i + 2 fills.
+//
+// the first tile's copies, in one group with those the caller issued before (the block's own rows)
+template <class Load>
+__device__ inline void stream_first_tile(int first, const Load& load) {
+    load(first, first & 1);
+    cp_async_commit();
+}
+// starts tile i + 1 (the other stage was last read before the previous iteration's barrier), then
+// waits until the whole block sees tile i
+template <class Load>
+__device__ inline void prefetch_next_await_tile(int i, int last, const Load& load) {
+    if (i + 1 < last) {
+        load(i + 1, (i + 1) & 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
+// K and V rows [tile * ROWS, tile * ROWS + ROWS) of the block's head into stage `stage` of
+// kv_smem: K at 2 stage, V at 2 stage + 1 (ROWS rows each). q_base: the head's first q element.
+template <int HS, int ROWS, int THREADS>
+__device__ inline void load_kv_tile(floatX* kv_smem, int tile, int stage, const floatX* q_base, const FlashArgs& args) {
+    constexpr int LD = kSmemLd<HS>;
+    const size_t C3 = (size_t)3 * args.C;
+    floatX* k_dst = kv_smem + 2 * stage * ROWS * LD;
+    load_tile<HS, ROWS, THREADS>(k_dst, q_base + args.C, C3, tile * ROWS, args.T, args.hs, args.vec);
+    load_tile<HS, ROWS, THREADS>(k_dst + ROWS * LD, q_base + 2 * args.C, C3, tile * ROWS, args.T, args.hs, args.vec);
+}
+
 // ----------------------------------------------------------------------------
 // forward. grid (query blocks, attention_grid's heads)
 
@@ -216,31 +253,26 @@ constexpr size_t flash_forward_smem() {  // Q | 2 stages of K, V
 }
 
 template <class Tiles>
-__global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(FlashArgs a) {
+__global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(FlashArgs args) {
     constexpr int HS = Tiles::HS, LD = kSmemLd<HS>, MT = Tiles::row_tiles, BK = Tiles::key_tile;
     constexpr int BQ = Tiles::query_rows, THREADS = Tiles::warps * kWarp;
     extern __shared__ __align__(128) char smem_raw[];
     floatX* q_smem = reinterpret_cast<floatX*>(smem_raw);
     floatX* kv_smem = q_smem + BQ * LD;  // stage s: K at 2s, V at 2s + 1 (BK rows each)
     int b, h;
-    if (!head_of_block(a.NH, a.B, &b, &h)) return;
+    if (!head_of_block(args.NH, args.B, &b, &h)) return;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;  // the longest (last) query blocks start first
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
     const int warp_row = warp * Tiles::rows_per_warp, warp_q0 = q0 + warp_row;
     const int warp_q_last = warp_q0 + Tiles::rows_per_warp - 1;
-    const size_t C3 = (size_t)3 * a.C;
-    const floatX* q_base = a.qkv + (size_t)b * a.T * C3 + h * a.hs;
-    const float sl2 = attn::scale_log2(a.hs);
-    const int tiles = attn::key_tiles_seen(q0, BQ, a.T, BK);
+    const size_t C3 = (size_t)3 * args.C;
+    const floatX* q_base = args.qkv + (size_t)b * args.T * C3 + h * args.hs;
+    const float scale_log2 = attn::scale_log2(args.hs);
+    const int tiles = attn::key_tiles_seen(q0, BQ, args.T, BK);
 
-    auto load_kv = [&](int tile, int stage) {
-        floatX* k_dst = kv_smem + 2 * stage * BK * LD;
-        load_tile<HS, BK, THREADS>(k_dst, q_base + a.C, C3, tile * BK, a.T, a.hs, a.vec);
-        load_tile<HS, BK, THREADS>(k_dst + BK * LD, q_base + 2 * a.C, C3, tile * BK, a.T, a.hs, a.vec);
-    };
-    load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, a.T, a.hs, a.vec);
-    load_kv(0, 0);
-    cp_async_commit();
+    auto load_kv = [&](int tile, int stage) { load_kv_tile<HS, BK, THREADS>(kv_smem, tile, stage, q_base, args); };
+    load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, args.T, args.hs, args.vec);
+    stream_first_tile(0, load_kv);
 
     RegisterRows<HS, MT> q_rows;
     float o[MT][HS / 8][4], m[MT][2], l[MT][2];
@@ -251,14 +283,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
         for (int half = 0; half < 2; half++) m[mt][half] = -INFINITY, l[mt][half] = 0.0f;
 
     for (int j = 0; j < tiles; j++) {
-        if (j + 1 < tiles) {  // the other stage was last read before the previous iteration's barrier
-            load_kv(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        prefetch_next_await_tile(j, tiles, load_kv);
         if (j == 0) q_rows.load(q_smem, warp_row, lane);
         const int k0 = j * BK;
         const floatX* k_tile = kv_smem + 2 * (j & 1) * BK * LD;
@@ -277,7 +302,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
                     for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
-                            float x = s[mt][nt][2 * half + e] * sl2;
+                            float x = s[mt][nt][2 * half + e] * scale_log2;
                             if (mask && !attn::key_visible(q, k0 + nt * 8 + 2 * t + e)) x = -INFINITY;
                             s[mt][nt][2 * half + e] = x;
                             mx = fmaxf(mx, x);
@@ -305,7 +330,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
                 }
             mma_p_times_tile<HS, MT, BK>(o, s, k_tile + BK * LD, lane);  // O += P V
         }
-        __syncthreads();
+        __syncthreads();  // no warp still reads the stage tile j + 2 fills
     }
 
     float inv[MT][2];
@@ -318,10 +343,11 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_forward_kernel(Fla
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             inv[mt][half] = 1.0f / sum;
             const int q = warp_q0 + mt * 16 + g + 8 * half;
-            if (t == 0 && q < a.T) a.lse[((size_t)b * a.NH + h) * a.T + q] = attn::log_sum_exp(m[mt][half], sum);
+            if (t == 0 && q < args.T)
+                args.lse[((size_t)b * args.NH + h) * args.T + q] = attn::log_sum_exp(m[mt][half], sum);
         }
     // the warp's own Q rows, read once into q_rows, stage its output
-    store_rows<HS, MT>(a.out + (size_t)b * a.T * a.C + h * a.hs, a.C, warp_q0, a.T, a.hs, a.vec,
+    store_rows<HS, MT>(args.out + (size_t)b * args.T * args.C + h * args.hs, args.C, warp_q0, args.T, args.hs, args.vec,
                        q_smem + warp_row * LD, o, inv, lane);
 }
 
@@ -337,7 +363,7 @@ constexpr size_t flash_backward_kv_smem() {  // K | V | 2 stages of Q, dO | 2 st
 }
 
 template <class Tiles>
-__global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel(FlashArgs a) {
+__global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel(FlashArgs args) {
     constexpr int HS = Tiles::HS, LD = kSmemLd<HS>, BQ = Tiles::query_tile, BKV = Tiles::key_rows;
     constexpr int THREADS = Tiles::warps * kWarp;
     extern __shared__ __align__(128) char smem_raw[];
@@ -346,31 +372,30 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
     floatX* qdo_smem = v_smem + BKV * LD;  // stage s: Q at 2s, dO at 2s + 1 (BQ rows each)
     float* stats_smem = reinterpret_cast<float*>(qdo_smem + 4 * BQ * LD);  // stage s: lse at 2s, D at 2s + 1
     int b, h;
-    if (!head_of_block(a.NH, a.B, &b, &h)) return;
+    if (!head_of_block(args.NH, args.B, &b, &h)) return;
     const int k0 = blockIdx.x * BKV;  // low key blocks see the most queries: they start first
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
     const int warp_row = warp * Tiles::keys_per_warp, warp_k0 = k0 + warp_row;
-    const size_t C3 = (size_t)3 * a.C, bh = ((size_t)b * a.NH + h) * a.T;
-    const floatX* q_base = a.qkv + (size_t)b * a.T * C3 + h * a.hs;
-    const floatX* do_base = a.dout + (size_t)b * a.T * a.C + h * a.hs;
-    const float sl2 = attn::scale_log2(a.hs);
-    const int first = attn::first_query_tile(k0, BQ), last = attn::query_tiles(a.T, BQ);
+    const size_t C3 = (size_t)3 * args.C, bh = ((size_t)b * args.NH + h) * args.T;
+    const floatX* q_base = args.qkv + (size_t)b * args.T * C3 + h * args.hs;
+    const floatX* do_base = args.dout + (size_t)b * args.T * args.C + h * args.hs;
+    const float scale_log2 = attn::scale_log2(args.hs);
+    const int first = attn::first_query_tile(k0, BQ), last = attn::query_tiles(args.T, BQ);
 
     auto load_queries = [&](int tile, int stage) {
         floatX* q_dst = qdo_smem + 2 * stage * BQ * LD;
-        load_tile<HS, BQ, THREADS>(q_dst, q_base, C3, tile * BQ, a.T, a.hs, a.vec);
-        load_tile<HS, BQ, THREADS>(q_dst + BQ * LD, do_base, a.C, tile * BQ, a.T, a.hs, a.vec);
-        float* lse2 = stats_smem + 2 * stage * BQ;
+        load_tile<HS, BQ, THREADS>(q_dst, q_base, C3, tile * BQ, args.T, args.hs, args.vec);
+        load_tile<HS, BQ, THREADS>(q_dst + BQ * LD, do_base, args.C, tile * BQ, args.T, args.hs, args.vec);
+        float* stats = stats_smem + 2 * stage * BQ;
         for (int i = threadIdx.x; i < BQ; i += THREADS) {
             const int q = tile * BQ + i;
-            lse2[i] = q < a.T ? a.lse[bh + q] * attn::kLog2e : INFINITY;  // P = 0 past T
-            lse2[BQ + i] = q < a.T ? a.delta[bh + q] : 0.0f;
+            stats[i] = q < args.T ? args.lse[bh + q] * attn::kLog2e : INFINITY;  // P = 0 past T
+            stats[BQ + i] = q < args.T ? args.delta[bh + q] : 0.0f;
         }
     };
-    load_tile<HS, BKV, THREADS>(k_smem, q_base + a.C, C3, k0, a.T, a.hs, a.vec);
-    load_tile<HS, BKV, THREADS>(v_smem, q_base + 2 * a.C, C3, k0, a.T, a.hs, a.vec);
-    load_queries(first, first & 1);
-    cp_async_commit();
+    load_tile<HS, BKV, THREADS>(k_smem, q_base + args.C, C3, k0, args.T, args.hs, args.vec);
+    load_tile<HS, BKV, THREADS>(v_smem, q_base + 2 * args.C, C3, k0, args.T, args.hs, args.vec);
+    stream_first_tile(first, load_queries);
 
     // K and V rows of this warp as A operands: kept in registers, or reread from shared memory at
     // every tile where registers are short (kernels/attention_tiles.h)
@@ -385,15 +410,8 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
     zero(dv);
 
     for (int i = first; i < last; i++) {
+        prefetch_next_await_tile(i, last, load_queries);
         const int stage = i & 1;
-        if (i + 1 < last) {
-            load_queries(i + 1, stage ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
         if constexpr (Tiles::kv_in_registers) {
             if (i == first) {
                 k_rows.load(k_smem, warp_row, lane);
@@ -403,8 +421,8 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
         const int q0 = i * BQ;
         const floatX* q_tile = qdo_smem + 2 * stage * BQ * LD;
         const floatX* do_tile = q_tile + BQ * LD;
-        const float* lse2 = stats_smem + 2 * stage * BQ;
-        const float* delta = lse2 + BQ;
+        const float* lse_log2 = stats_smem + 2 * stage * BQ;
+        const float* delta = lse_log2 + BQ;
         if (!attn::tile_all_masked(q0 + BQ - 1, warp_k0)) {
             float st[1][BQ / 8][4], dpt[1][BQ / 8][4];
             zero(st);
@@ -417,7 +435,7 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = warp_k0 + g + 8 * (e >> 1), col = nt * 8 + 2 * t + (e & 1);
-                    float p = attn::prob_from_lse(st[0][nt][e] * sl2, lse2[col]);
+                    float p = attn::prob_from_lse(st[0][nt][e] * scale_log2, lse_log2[col]);
                     if (mask && !attn::key_visible(q0 + col, key)) p = 0.0f;
                     st[0][nt][e] = p;                                             // P^T
                     dpt[0][nt][e] = attn::softmax_grad(p, dpt[0][nt][e], delta[col]);  // dS^T / scale
@@ -425,15 +443,15 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_kv_kernel
             mma_p_times_tile<HS, 1, BQ>(dv, st, do_tile, lane);  // dV += P^T dO
             mma_p_times_tile<HS, 1, BQ>(dk, dpt, q_tile, lane);  // dK += dS^T Q
         }
-        __syncthreads();
+        __syncthreads();  // no warp still reads the stage tile i + 2 fills
     }
 
-    const float scale = 1.0f / sqrtf((float)a.hs);
+    const float scale = 1.0f / sqrtf((float)args.hs);
     const float one[1][2] = {{1.0f, 1.0f}}, scaled[1][2] = {{scale, scale}};
-    floatX* dk_base = a.dqkv + (size_t)b * a.T * C3 + a.C + h * a.hs;
+    floatX* dk_base = args.dqkv + (size_t)b * args.T * C3 + args.C + h * args.hs;
     // the warp's own K and V rows (no other warp reads them) stage its dK and dV
-    store_rows<HS, 1>(dk_base, C3, warp_k0, a.T, a.hs, a.vec, k_smem + warp_row * LD, dk, scaled, lane);
-    store_rows<HS, 1>(dk_base + a.C, C3, warp_k0, a.T, a.hs, a.vec, v_smem + warp_row * LD, dv, one, lane);
+    store_rows<HS, 1>(dk_base, C3, warp_k0, args.T, args.hs, args.vec, k_smem + warp_row * LD, dk, scaled, lane);
+    store_rows<HS, 1>(dk_base + args.C, C3, warp_k0, args.T, args.hs, args.vec, v_smem + warp_row * LD, dv, one, lane);
 }
 
 // ----------------------------------------------------------------------------
@@ -446,7 +464,7 @@ constexpr size_t flash_backward_q_smem() {  // Q | dO | 2 stages of K, V
 }
 
 template <class Tiles>
-__global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(FlashArgs a) {
+__global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(FlashArgs args) {
     constexpr int HS = Tiles::HS, LD = kSmemLd<HS>, BQ = Tiles::query_rows, BK = Tiles::key_tile;
     constexpr int THREADS = Tiles::warps * kWarp;
     extern __shared__ __align__(128) char smem_raw[];
@@ -454,48 +472,37 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
     floatX* do_smem = q_smem + BQ * LD;
     floatX* kv_smem = do_smem + BQ * LD;  // stage s: K at 2s, V at 2s + 1
     int b, h;
-    if (!head_of_block(a.NH, a.B, &b, &h)) return;
+    if (!head_of_block(args.NH, args.B, &b, &h)) return;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4;
     const int t = lane % 4;
     const int warp_row = warp * Tiles::rows_per_warp, warp_q0 = q0 + warp_row;
     const int warp_q_last = warp_q0 + Tiles::rows_per_warp - 1;
-    const size_t C3 = (size_t)3 * a.C, bh = ((size_t)b * a.NH + h) * a.T;
-    const floatX* q_base = a.qkv + (size_t)b * a.T * C3 + h * a.hs;
-    const float sl2 = attn::scale_log2(a.hs);
-    const int tiles = attn::key_tiles_seen(q0, BQ, a.T, BK);
+    const size_t C3 = (size_t)3 * args.C, bh = ((size_t)b * args.NH + h) * args.T;
+    const floatX* q_base = args.qkv + (size_t)b * args.T * C3 + h * args.hs;
+    const float scale_log2 = attn::scale_log2(args.hs);
+    const int tiles = attn::key_tiles_seen(q0, BQ, args.T, BK);
 
-    auto load_kv = [&](int tile, int stage) {
-        floatX* k_dst = kv_smem + 2 * stage * BK * LD;
-        load_tile<HS, BK, THREADS>(k_dst, q_base + a.C, C3, tile * BK, a.T, a.hs, a.vec);
-        load_tile<HS, BK, THREADS>(k_dst + BK * LD, q_base + 2 * a.C, C3, tile * BK, a.T, a.hs, a.vec);
-    };
-    load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, a.T, a.hs, a.vec);
-    load_tile<HS, BQ, THREADS>(do_smem, a.dout + (size_t)b * a.T * a.C + h * a.hs, a.C, q0, a.T, a.hs, a.vec);
-    load_kv(0, 0);
-    cp_async_commit();
+    auto load_kv = [&](int tile, int stage) { load_kv_tile<HS, BK, THREADS>(kv_smem, tile, stage, q_base, args); };
+    load_tile<HS, BQ, THREADS>(q_smem, q_base, C3, q0, args.T, args.hs, args.vec);
+    load_tile<HS, BQ, THREADS>(do_smem, args.dout + (size_t)b * args.T * args.C + h * args.hs, args.C, q0, args.T,
+                               args.hs, args.vec);
+    stream_first_tile(0, load_kv);
 
     // this lane's two rows: g and g + 8 of the warp's 16
-    float lse2[2], delta[2];
+    float lse_log2[2], delta[2];
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int q = warp_q0 + g + 8 * half;
-        lse2[half] = q < a.T ? a.lse[bh + q] * attn::kLog2e : INFINITY;
-        delta[half] = q < a.T ? a.delta[bh + q] : 0.0f;
+        lse_log2[half] = q < args.T ? args.lse[bh + q] * attn::kLog2e : INFINITY;
+        delta[half] = q < args.T ? args.delta[bh + q] : 0.0f;
     }
     RegisterRows<HS, 1> q_rows, do_rows;
     float dq[1][HS / 8][4];
     zero(dq);
 
     for (int j = 0; j < tiles; j++) {
-        if (j + 1 < tiles) {
-            load_kv(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        prefetch_next_await_tile(j, tiles, load_kv);
         if (j == 0) {
             q_rows.load(q_smem, warp_row, lane);
             do_rows.load(do_smem, warp_row, lane);
@@ -514,17 +521,17 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int half = e >> 1, q = warp_q0 + g + 8 * half, key = k0 + nt * 8 + 2 * t + (e & 1);
-                    float p = attn::prob_from_lse(s[0][nt][e] * sl2, lse2[half]);
+                    float p = attn::prob_from_lse(s[0][nt][e] * scale_log2, lse_log2[half]);
                     if (mask && !attn::key_visible(q, key)) p = 0.0f;
                     dp[0][nt][e] = attn::softmax_grad(p, dp[0][nt][e], delta[half]);  // dS / scale
                 }
             mma_p_times_tile<HS, 1, BK>(dq, dp, k_tile, lane);  // dQ += dS K
         }
-        __syncthreads();
+        __syncthreads();  // no warp still reads the stage tile j + 2 fills
     }
 
-    const float scale = 1.0f / sqrtf((float)a.hs), scaled[1][2] = {{scale, scale}};
-    store_rows<HS, 1>(a.dqkv + (size_t)b * a.T * C3 + h * a.hs, C3, warp_q0, a.T, a.hs, a.vec,
+    const float scale = 1.0f / sqrtf((float)args.hs), scaled[1][2] = {{scale, scale}};
+    store_rows<HS, 1>(args.dqkv + (size_t)b * args.T * C3 + h * args.hs, C3, warp_q0, args.T, args.hs, args.vec,
                       q_smem + warp_row * LD, dq, scaled, lane);
 }
 
@@ -532,27 +539,27 @@ __global__ void __launch_bounds__(Tiles::warps * kWarp) flash_backward_q_kernel(
 // launchers
 
 template <class Tiles, class Kernel>
-inline void launch_flash(Kernel kernel, int blocks, size_t smem, const FlashArgs& a, const char* what) {
+inline void launch_flash(Kernel kernel, int blocks, size_t smem, const FlashArgs& args, const char* what) {
     if (smem > ctx().max_smem_optin)
-        fatal(1, "attention %s: head size %d needs %zu bytes of shared memory a block, the GPU has %zu", what, a.hs,
+        fatal(1, "attention %s: head size %d needs %zu bytes of shared memory a block, the GPU has %zu", what, args.hs,
               smem, ctx().max_smem_optin);
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kernel<<<attention_grid(blocks, a.B, a.NH), Tiles::warps * kWarp, smem, stream()>>>(a);
+    kernel<<<attention_grid(blocks, args.B, args.NH), Tiles::warps * kWarp, smem, stream()>>>(args);
     check_launch();
 }
 
 template <int HS>
-inline void flash_attention_forward_padded(const FlashArgs& a) {
+inline void flash_attention_forward_padded(const FlashArgs& args) {
     using F = typename attn::FlashTiles<HS>::Forward;
-    launch_flash<F>(flash_forward_kernel<F>, ceil_div(a.T, F::query_rows), flash_forward_smem<F>(), a, "forward");
+    launch_flash<F>(flash_forward_kernel<F>, ceil_div(args.T, F::query_rows), flash_forward_smem<F>(), args, "forward");
 }
 template <int HS>
-inline void flash_attention_backward_padded(const FlashArgs& a) {
+inline void flash_attention_backward_padded(const FlashArgs& args) {
     using KV = typename attn::FlashTiles<HS>::BackwardKV;
     using Q = typename attn::FlashTiles<HS>::BackwardQ;
-    launch_flash<KV>(flash_backward_kv_kernel<KV>, ceil_div(a.T, KV::key_rows), flash_backward_kv_smem<KV>(), a,
+    launch_flash<KV>(flash_backward_kv_kernel<KV>, ceil_div(args.T, KV::key_rows), flash_backward_kv_smem<KV>(), args,
                      "backward dK dV");
-    launch_flash<Q>(flash_backward_q_kernel<Q>, ceil_div(a.T, Q::query_rows), flash_backward_q_smem<Q>(), a,
+    launch_flash<Q>(flash_backward_q_kernel<Q>, ceil_div(args.T, Q::query_rows), flash_backward_q_smem<Q>(), args,
                     "backward dQ");
 }
 
@@ -565,15 +572,15 @@ inline void check_flash_head_size(int hs) {
                  "or the fp32 build)",
               hs, kFlashMaxHeadSize);
 }
-inline void flash_attention_forward(const FlashArgs& a) {
-    check_flash_head_size(a.hs);
-    if (a.hs <= 64) flash_attention_forward_padded<64>(a);
-    else flash_attention_forward_padded<128>(a);
+inline void flash_attention_forward(const FlashArgs& args) {
+    check_flash_head_size(args.hs);
+    if (args.hs <= 64) flash_attention_forward_padded<64>(args);
+    else flash_attention_forward_padded<128>(args);
 }
-inline void flash_attention_backward(const FlashArgs& a) {
-    check_flash_head_size(a.hs);
-    if (a.hs <= 64) flash_attention_backward_padded<64>(a);
-    else flash_attention_backward_padded<128>(a);
+inline void flash_attention_backward(const FlashArgs& args) {
+    check_flash_head_size(args.hs);
+    if (args.hs <= 64) flash_attention_backward_padded<64>(args);
+    else flash_attention_backward_padded<128>(args);
 }
 
 }  // namespace gpu
