@@ -99,7 +99,7 @@ __device__ inline void store_accumulators(char* tile, int rows, int row0, const 
 
 template <class Tiles>
 __global__ void __launch_bounds__(kHopperThreads, 1)
-    hopper_forward_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap out_map, FlashArgs a) {
+    hopper_forward_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap out_map, FlashArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sm90;
     using L = HopperForwardSmem<Tiles>;
@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     auto v_full = [=](int s) { return bars + 8 * (5 + s); };
     auto v_empty = [=](int s) { return bars + 8 * (7 + s); };
     int b, h;
-    if (!head_of_block(a.NH, a.B, &b, &h)) return;
+    if (!head_of_block(args.NH, args.B, &b, &h)) return;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;  // the longest (last) query blocks start first
-    const int tiles = attn::key_tiles_seen(q0, BQ, a.T, BK);
+    const int tiles = attn::key_tiles_seen(q0, BQ, args.T, BK);
     const int warpgroup = threadIdx.x / kConsumerThreads, tid = threadIdx.x % kConsumerThreads;
     if (threadIdx.x == 0) {
         mbarrier_init(q_full, 1);
@@ -141,12 +141,12 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
             mbarrier_wait(k_empty(s), empty_parity(j));
             mbarrier_expect_bytes(k_full(s), L::kv_bytes);
             for (int cb = 0; cb < CB; cb++)
-                tma_load_3d(smem + L::k + s * L::kv_bytes + cb * BK * 128, &qkv_map, a.C + col + cb * 64, j * BK, b, k_full(s));
+                tma_load_3d(smem + L::k + s * L::kv_bytes + cb * BK * 128, &qkv_map, args.C + col + cb * 64, j * BK, b, k_full(s));
             mbarrier_arrive(k_full(s));
             mbarrier_wait(v_empty(s), empty_parity(j));
             mbarrier_expect_bytes(v_full(s), L::kv_bytes);
             for (int cb = 0; cb < CB; cb++)
-                tma_load_3d(smem + L::v + s * L::kv_bytes + cb * BK * 128, &qkv_map, 2 * a.C + col + cb * 64, j * BK, b,
+                tma_load_3d(smem + L::v + s * L::kv_bytes + cb * BK * 128, &qkv_map, 2 * args.C + col + cb * 64, j * BK, b,
                             v_full(s));
             mbarrier_arrive(v_full(s));
         }
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     registers_claim<240>();
     const int consumer = warpgroup - 1, row0 = consumer * 64, q_first = q0 + row0;
     const uint32_t q_addr = smem_u32(smem + L::q), k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
-    const float sl2 = attn::scale_log2(HS);
+    const float scale_log2 = attn::scale_log2(HS);
     float s[BK / 2], o[HS / 2], m[2], l[2];
     uint32_t p[BK / 4];
 #pragma unroll
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int i = 4 * c + 2 * half + e;
-                    float x = s[i] * sl2;
+                    float x = s[i] * scale_log2;
                     if (mask && !attn::key_visible(q, k0 + wgmma::acc_col(tid, i))) x = -INFINITY;
                     s[i] = x;
                     mx = fmaxf(mx, x);
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         inv[half] = 1.0f / sum;
         const int q = q_first + wgmma::acc_row(tid, 2 * half);
-        if (tid % 4 == 0 && q < a.T) a.lse[((size_t)b * a.NH + h) * a.T + q] = attn::log_sum_exp(m[half], sum);
+        if (tid % 4 == 0 && q < args.T) args.lse[((size_t)b * args.NH + h) * args.T + q] = attn::log_sum_exp(m[half], sum);
     }
     // the consumer's own Q rows, read by its products only, stage its output for the bulk store
     store_accumulators<HS>(smem + L::q, BQ, row0, o, inv, tid);
@@ -286,7 +286,7 @@ template <class Tiles>
 __global__ void __launch_bounds__(kHopperThreads, 1)
     hopper_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap dqkv_map,
-                           FlashArgs a, HopperDq dq) {
+                           FlashArgs args, HopperDq dq) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace sm90;
     using L = HopperBackwardSmem<Tiles>;
@@ -302,10 +302,10 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     auto dq_full = [=](int s) { return bars + 8 * (5 + s); };
     auto dq_empty = [=](int s) { return bars + 8 * (7 + s); };
     int b, h;
-    if (!head_of_block(a.NH, a.B, &b, &h)) return;
+    if (!head_of_block(args.NH, args.B, &b, &h)) return;
     const int key_block = gridDim.x - 1 - blockIdx.x, k0 = key_block * BKV;
-    const int first = attn::first_query_tile(k0, BQ), last = attn::query_tiles(a.T, BQ);
-    const size_t bh = (size_t)b * a.NH + h;
+    const int first = attn::first_query_tile(k0, BQ), last = attn::query_tiles(args.T, BQ);
+    const size_t bh = (size_t)b * args.NH + h;
     const int warpgroup = threadIdx.x / kConsumerThreads, tid = threadIdx.x % kConsumerThreads;
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
@@ -326,8 +326,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
             if (tid == 0) {
                 mbarrier_expect_bytes(kv_full, 2 * L::kv_bytes);
                 for (int cb = 0; cb < CB; cb++) {
-                    tma_load_3d(smem + L::k + cb * BKV * 128, &kv_map, a.C + col + cb * 64, k0, b, kv_full);
-                    tma_load_3d(smem + L::v + cb * BKV * 128, &kv_map, 2 * a.C + col + cb * 64, k0, b, kv_full);
+                    tma_load_3d(smem + L::k + cb * BKV * 128, &kv_map, args.C + col + cb * 64, k0, b, kv_full);
+                    tma_load_3d(smem + L::v + cb * BKV * 128, &kv_map, 2 * args.C + col + cb * 64, k0, b, kv_full);
                 }
                 mbarrier_arrive(kv_full);
             }
@@ -342,11 +342,11 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
                                     qdo_full(s));
                     }
                 }
-                float* lse2 = stats + 2 * s * BQ;
+                float* stats_stage = stats + 2 * s * BQ;
                 for (int r = tid; r < BQ; r += kWarp) {
                     const int q = i * BQ + r;
-                    lse2[r] = q < a.T ? a.lse[bh * a.T + q] * attn::kLog2e : INFINITY;  // P = 0 past T
-                    lse2[BQ + r] = q < a.T ? a.delta[bh * a.T + q] : 0.0f;
+                    stats_stage[r] = q < args.T ? args.lse[bh * args.T + q] * attn::kLog2e : INFINITY;  // P = 0 past T
+                    stats_stage[BQ + r] = q < args.T ? args.delta[bh * args.T + q] : 0.0f;
                 }
                 mbarrier_arrive(qdo_full(s));
             }
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         // warps 1-3: dQ's parts into the accumulator, in order; key block 0 writes dQ
         const int writer = tid - kWarp;
         if (key_block > 0 && writer != 0) return;
-        const int tiles = attn::query_tiles(a.T, BQ);
+        const int tiles = attn::query_tiles(args.T, BQ);
         const float scale = 1.0f / sqrtf((float)HS);
         for (int i = first, use = 0; i < last; i++, use++) {
             const int buf = use & 1, top = attn::dq_last_key_block(i, BQ, BKV);
@@ -377,8 +377,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
                         const float4 w = __ldcg(reinterpret_cast<const float4*>(accumulator + at));
                         v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
                     }
-                    if (q < a.T)
-                        *reinterpret_cast<uint2*>(a.dqkv + ((size_t)b * a.T + q) * 3 * a.C + h * HS + c) =
+                    if (q < args.T)
+                        *reinterpret_cast<uint2*>(args.dqkv + ((size_t)b * args.T + q) * 3 * args.C + h * HS + c) =
                             make_uint2(pack_bf16(v.x * scale, v.y * scale), pack_bf16(v.z * scale, v.w * scale));
                 }
                 named_barrier(4, kWriters);
@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     const int consumer = warpgroup - 1, key0 = consumer * 64, cb = kSplitKeys ? 0 : consumer;
     const int dq_keys0 = kSplitKeys ? key0 : 0;
     const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v), ds_addr = smem_u32(smem + L::ds);
-    const float sl2 = attn::scale_log2(HS);
+    const float scale_log2 = attn::scale_log2(HS);
     float st[BQ / 2], dpt[BQ / 2], dk[HS / 2], dv[HS / 2], dqp[32];
     uint32_t pt[BQ / 4], dst[BQ / 4];
 #pragma unroll
@@ -423,8 +423,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     for (int i = first, use = 0; i < last; i++, use++) {
         const int s = use & 1, q0 = i * BQ;
         const uint32_t q_addr = smem_u32(smem + L::q + s * L::q_bytes), do_addr = smem_u32(smem + L::dout + s * L::q_bytes);
-        const float* lse2 = stats + 2 * s * BQ;
-        const float* delta = lse2 + BQ;
+        const float* stats_stage = stats + 2 * s * BQ;
+        const float* delta = stats_stage + BQ;
         mbarrier_wait(qdo_full(s), full_parity(use));
         wgmma_fence();
         auto queries = [&](uint32_t tile) { return [=](int kk) { return wgmma::k_major(tile, BQ, 0, 16 * kk); }; };
@@ -441,13 +441,13 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         // acc_col(tid, 0) columns from the thread's first: offsets known at compile time.
         const bool mask = attn::tile_needs_mask(q0, k0 + key0 + 63);
         const int key_first = k0 + key0 + wgmma::acc_row(tid, 0), col_first = wgmma::acc_col(tid, 0);
-        const float* lse_first = lse2 + col_first;
+        const float* lse_first = stats_stage + col_first;
         const float* delta_first = delta + col_first;
 #pragma unroll
         for (int j = 0; j < BQ / 4; j++) {
             const int dr = wgmma::acc_row(0, 2 * j), dc = wgmma::acc_col(0, 2 * j);
             const float2 l2 = *reinterpret_cast<const float2*>(lse_first + dc), d2 = *reinterpret_cast<const float2*>(delta_first + dc);
-            float p0 = attn::prob_from_lse(st[2 * j] * sl2, l2.x), p1 = attn::prob_from_lse(st[2 * j + 1] * sl2, l2.y);
+            float p0 = attn::prob_from_lse(st[2 * j] * scale_log2, l2.x), p1 = attn::prob_from_lse(st[2 * j + 1] * scale_log2, l2.y);
             if (mask && !attn::key_visible(q0 + col_first + dc, key_first + dr)) p0 = 0.0f;
             if (mask && !attn::key_visible(q0 + col_first + dc + 1, key_first + dr)) p1 = 0.0f;
             pt[j] = pack_bf16(p0, p1);
@@ -520,8 +520,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     if (thread % kConsumerThreads == 0) {
         for (int c = 0; c < CB; c++) {
             const int at = (c * BKV + own_key0) * 128;
-            tma_store_3d(&dqkv_map, a.C + h * HS + c * 64, k0 + own_key0, b, smem + L::k + at);
-            tma_store_3d(&dqkv_map, 2 * a.C + h * HS + c * 64, k0 + own_key0, b, smem + L::v + at);
+            tma_store_3d(&dqkv_map, args.C + h * HS + c * 64, k0 + own_key0, b, smem + L::k + at);
+            tma_store_3d(&dqkv_map, 2 * args.C + h * HS + c * 64, k0 + own_key0, b, smem + L::v + at);
         }
         bulk_commit();
         bulk_wait_read();
@@ -581,8 +581,8 @@ inline bool hopper_attention_present_cached() {
 inline bool hopper_head_size(int hs) { return hs == 64 || hs == 128; }
 // the Hopper kernels take these inputs: their head size, 16-byte aligned rows and pointers (the
 // bulk copies'), on a GPU that runs them
-inline bool hopper_attention_takes(const FlashArgs& a) {
-    return hopper_head_size(a.hs) && a.vec && hopper_attention_present_cached();
+inline bool hopper_attention_takes(const FlashArgs& args) {
+    return hopper_head_size(args.hs) && args.vec && hopper_attention_present_cached();
 }
 
 template <class Kernel>
@@ -594,18 +594,18 @@ inline void prepare_hopper_kernel(Kernel kernel, size_t smem, int hs, const char
 }
 
 template <int HS>
-inline void hopper_attention_forward_hs(const FlashArgs& a) {
+inline void hopper_attention_forward_hs(const FlashArgs& args) {
     using F = typename attn::HopperTiles<HS>::Forward;
-    const CUtensorMap qkv_map = tensor_map(a.qkv, 3 * a.C, a.T, a.B, F::query_rows), out_map = tensor_map(a.out, a.C, a.T, a.B, 64);
+    const CUtensorMap qkv_map = tensor_map(args.qkv, 3 * args.C, args.T, args.B, F::query_rows), out_map = tensor_map(args.out, args.C, args.T, args.B, 64);
     constexpr size_t smem = HopperForwardSmem<F>::total;
     prepare_hopper_kernel(hopper_forward_kernel<F>, smem, HS, "forward");
-    hopper_forward_kernel<F><<<attention_grid(ceil_div(a.T, F::query_rows), a.B, a.NH), kHopperThreads, smem, stream()>>>(
-        qkv_map, out_map, a);
+    hopper_forward_kernel<F><<<attention_grid(ceil_div(args.T, F::query_rows), args.B, args.NH), kHopperThreads, smem, stream()>>>(
+        qkv_map, out_map, args);
     check_launch();
 }
-inline void hopper_attention_forward(const FlashArgs& a) {
-    if (a.hs == 64) hopper_attention_forward_hs<64>(a);
-    else hopper_attention_forward_hs<128>(a);
+inline void hopper_attention_forward(const FlashArgs& args) {
+    if (args.hs == 64) hopper_attention_forward_hs<64>(args);
+    else hopper_attention_forward_hs<128>(args);
 }
 
 // dQ's accumulator and counters, by the backward's query tile
@@ -617,21 +617,21 @@ inline size_t hopper_dq_accumulator_floats(int B, int T, int NH, int hs) {
 
 // dq.order must hold zeros (attention_backward_delta clears it)
 template <int HS>
-inline void hopper_attention_backward_hs(const FlashArgs& a, const HopperDq& dq) {
+inline void hopper_attention_backward_hs(const FlashArgs& args, const HopperDq& dq) {
     using Bw = typename attn::HopperTiles<HS>::Backward;
-    const CUtensorMap q_map = tensor_map(a.qkv, 3 * a.C, a.T, a.B, Bw::query_tile);
-    const CUtensorMap kv_map = tensor_map(a.qkv, 3 * a.C, a.T, a.B, Bw::key_rows);
-    const CUtensorMap dout_map = tensor_map(a.dout, a.C, a.T, a.B, Bw::query_tile);
-    const CUtensorMap dqkv_map = tensor_map(a.dqkv, 3 * a.C, a.T, a.B, 64);
+    const CUtensorMap q_map = tensor_map(args.qkv, 3 * args.C, args.T, args.B, Bw::query_tile);
+    const CUtensorMap kv_map = tensor_map(args.qkv, 3 * args.C, args.T, args.B, Bw::key_rows);
+    const CUtensorMap dout_map = tensor_map(args.dout, args.C, args.T, args.B, Bw::query_tile);
+    const CUtensorMap dqkv_map = tensor_map(args.dqkv, 3 * args.C, args.T, args.B, 64);
     constexpr size_t smem = HopperBackwardSmem<Bw>::total;
     prepare_hopper_kernel(hopper_backward_kernel<Bw>, smem, HS, "backward");
-    hopper_backward_kernel<Bw><<<attention_grid(ceil_div(a.T, Bw::key_rows), a.B, a.NH), kHopperThreads, smem, stream()>>>(
-        q_map, kv_map, dout_map, dqkv_map, a, dq);
+    hopper_backward_kernel<Bw><<<attention_grid(ceil_div(args.T, Bw::key_rows), args.B, args.NH), kHopperThreads, smem, stream()>>>(
+        q_map, kv_map, dout_map, dqkv_map, args, dq);
     check_launch();
 }
-inline void hopper_attention_backward(const FlashArgs& a, const HopperDq& dq) {
-    if (a.hs == 64) hopper_attention_backward_hs<64>(a, dq);
-    else hopper_attention_backward_hs<128>(a, dq);
+inline void hopper_attention_backward(const FlashArgs& args, const HopperDq& dq) {
+    if (args.hs == 64) hopper_attention_backward_hs<64>(args, dq);
+    else hopper_attention_backward_hs<128>(args, dq);
 }
 
 }  // namespace gpu
