@@ -162,8 +162,9 @@ for b in default candidate; do
         has 1 "^SKIP  $b $want.*: no GPU"
     done
     has 1 "^SKIP  $b ZeRO 0-3, 3 ranks.*: no GPU \(cudaGetDeviceCount: .*\), 3 ranks started"
+    has 1 "^SKIP  $b ZeRO 0-3, 2 ranks sharing the GPU, fp32, collectives finishing late: no GPU"
 done
-has 1 '^SKIP  NCCL \(no GPU\)'
+has 1 '^SKIP  NCCL between GPUs: 0 GPU\(s\)'
 
 check 2
 [ "$rc" = 1 ] || fail "run 2: exit status $rc, not 1"
