@@ -149,59 +149,32 @@ public:
 protected:
     Ticket start_all_reduce(void* buf, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
-        if (!staged()) {
-            MPI_Request r;
-            MPI_Iallreduce(MPI_IN_PLACE, buf, count(n, t), mpi_type(t), op(t), comm_, &r);
-            return remember(r, "an all-reduce", bytes);
-        }
         void* h = stage_in(buf, bytes, 0);
-        MPI_Request r;
-        MPI_Iallreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_, &r);
-        await_now(r, "an all-reduce", bytes);
-        stage_out(buf, h, bytes);
-        return 0;
+        return collective("an all-reduce", bytes, buf, h, bytes,
+                          [&](MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, h, count(n, t), mpi_type(t), op(t), comm_, r); });
     }
     Ticket start_reduce_scatter(const void* send, void* recv, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
-        if (!staged()) {
-            MPI_Request r;
-            MPI_Ireduce_scatter_block(send, recv, count(n, t), mpi_type(t), op(t), comm_, &r);
-            return remember(r, "a reduce-scatter", world_ * bytes);
-        }
-        void* hr = stage_buffer(1, bytes);
-        MPI_Request r;
-        MPI_Ireduce_scatter_block(stage_in(send, world_ * bytes, 0), hr, count(n, t), mpi_type(t), op(t), comm_, &r);
-        await_now(r, "a reduce-scatter", world_ * bytes);
-        stage_out(recv, hr, bytes);
-        return 0;
+        const void* s = stage_in(send, world_ * bytes, 0);
+        void* h = receive_buffer(recv, bytes);
+        return collective("a reduce-scatter", world_ * bytes, recv, h, bytes,
+                          [&](MPI_Request* r) { MPI_Ireduce_scatter_block(s, h, count(n, t), mpi_type(t), op(t), comm_, r); });
     }
     Ticket start_all_gather(const void* send, void* recv, size_t n, DType t) override {
         const size_t bytes = n * dtype_size(t);
-        if (!staged()) {
-            MPI_Request r;
-            MPI_Iallgather(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
-            return remember(r, "an all-gather", world_ * bytes);
-        }
-        void* hr = stage_buffer(1, world_ * bytes);
-        MPI_Request r;
-        MPI_Iallgather(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_, &r);
-        await_now(r, "an all-gather", world_ * bytes);
-        stage_out(recv, hr, world_ * bytes);
-        return 0;
+        const void* s = stage_in(send, bytes, 0);
+        void* h = receive_buffer(recv, world_ * bytes);
+        return collective("an all-gather", world_ * bytes, recv, h, world_ * bytes, [&](MPI_Request* r) {
+            MPI_Iallgather(s, count(n, t), mpi_type(t), h, count(n, t), mpi_type(t), comm_, r);
+        });
     }
     Ticket start_all_to_all(const void* send, void* recv, size_t n, DType t) override {
         const size_t bytes = world_ * n * dtype_size(t);
-        if (!staged()) {
-            MPI_Request r;
-            MPI_Ialltoall(send, count(n, t), mpi_type(t), recv, count(n, t), mpi_type(t), comm_, &r);
-            return remember(r, "an all-to-all", bytes);
-        }
-        void* hr = stage_buffer(1, bytes);
-        MPI_Request r;
-        MPI_Ialltoall(stage_in(send, bytes, 0), count(n, t), mpi_type(t), hr, count(n, t), mpi_type(t), comm_, &r);
-        await_now(r, "an all-to-all", bytes);
-        stage_out(recv, hr, bytes);
-        return 0;
+        const void* s = stage_in(send, bytes, 0);
+        void* h = receive_buffer(recv, bytes);
+        return collective("an all-to-all", bytes, recv, h, bytes, [&](MPI_Request* r) {
+            MPI_Ialltoall(s, count(n, t), mpi_type(t), h, count(n, t), mpi_type(t), comm_, r);
+        });
     }
     void do_broadcast_host(void* buf, size_t bytes, int root) override {
         MPI_Request r;
@@ -239,6 +212,20 @@ private:
     void await_now(MPI_Request& r, const std::string& kind, size_t bytes) {
         mpi_await(r, [&] { return collective_words(kind, bytes, moving_group_, *this); });
     }
+    // A collective that `start` begins as MPI's non-blocking call, `moved` bytes in the words of
+    // the watchdog's message: on host buffers its request is the ticket; staged, it is waited for
+    // at once and its result (recv_host, recv_bytes of it) copied to the device's `recv`
+    template <class Start>
+    Ticket collective(const char* kind, size_t moved, void* recv, const void* recv_host, size_t recv_bytes, Start start) {
+        MPI_Request r;
+        start(&r);
+        if (!staged()) return remember(r, kind, moved);
+        await_now(r, kind, moved);
+        stage_out(recv, recv_host, recv_bytes);
+        return 0;
+    }
+    // where a collective writes: `recv` itself, or a host buffer when staged
+    void* receive_buffer(void* recv, size_t bytes) { return staged() ? stage_buffer(1, bytes) : recv; }
     bool staged() const { return to_host_ != nullptr; }
     void* stage_buffer(int which, size_t bytes) {
         if (host_[which].size() < bytes) host_[which].resize(bytes);
