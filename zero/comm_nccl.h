@@ -9,16 +9,11 @@
 // watchdog (common/watchdog.h), which also polls ncclCommGetAsyncError whenever the host waits for
 // the GPU, and aborts every communicator before the job ends.
 //
-// Several communicators (hybrid sharding's group and replicas, split from the world's with
-// ncclCommSplit, sharing its resources) have collectives in flight at once. NCCL documents that
-// before 2.26 such collectives must be put in one global order by the application, else they may
-// deadlock; from 2.26, NCCL_LAUNCH_ORDER_IMPLICIT=1 takes the order in which one host thread
-// issues them, which must be the same on every rank, and lets their kernels run concurrently.
-// Every rank here issues its collectives from one thread in the order the training schedule
-// gives, the same everywhere. So: with NCCL 2.26 or later (as linked at run time, not as built)
-// the variable is set, unless the user set it, and each communicator has its own stream; before
-// 2.26, or with the variable set to 0, the split communicators share their parent's stream,
-// which orders all of them (the overlap of the two is lost, not the overlap with the kernels).
+// Several communicators (hybrid sharding's group and replicas, split from the world's, sharing
+// its resources) have collectives in flight at once, which NCCL orders safely only as its version
+// allows: from 2.26 by the order one host thread issues them (NCCL_LAUNCH_ORDER_IMPLICIT=1, set
+// here unless the user set it; each communicator its own stream), before that only if they share
+// one stream (then they do). docs/zero.md says more.
 // NCCL refuses two ranks on one GPU: use MpiComm with staging (comm_mpi.h) there.
 // Only for nvcc builds with MPI.
 #pragma once
