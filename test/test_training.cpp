@@ -148,6 +148,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--shard-group", {"all", "node", "1", "1048576"}, {"0", "1048577", "-1", "x", "2.5"}},
     {"", "--quantize-weights", {"none", "int8"}, {"int4", "fp8"}},
     {"", "--quantize-grads", {"none", "int8"}, {"int4", "fp8"}},
+    {"", "--fp8", {"none", "e4m3"}, {"e5m2", "E4M3", "1"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
     {"", "--cuda-graph", {"0", "1"}, {"-1", "2", "x"}},
     {"", "--gemm-algos", {"gemm.txt"}, {}},
@@ -180,7 +181,7 @@ std::string describe(const TrainConfig& c) {
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
-      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.recompute << '|' << c.cuda_graph << '|' << c.gemm_algos << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
+      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.fp8 << '|' << c.recompute << '|' << c.cuda_graph << '|' << c.gemm_algos << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
