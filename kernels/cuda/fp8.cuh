@@ -136,13 +136,14 @@ inline void fp8_cast(const floatX* x, int rows, int cols, uint8_t* out, uint8_t*
 inline cudaDataType_t fp8_cuda_type(Fp8Operand role) {
     return fp8_format_of(role) == Fp8Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
-// column-major D (m, n) = op(A)^T-stored codes times B's codes, "TN": A stored (k, m) with leading
-// dimension lda, B stored (k, n) with ldb, each dequantised by its cast's multiplier; then the
-// epilogue. As gemm_lt: false where cuBLASLt has no algorithm for an epilogue beyond BIAS.
+// column-major D (m, n) = A^T B + beta D on codes, "TN": A stored (k, m) with leading dimension
+// lda, B stored (k, n) with ldb, each dequantised by its cast's multiplier; then the epilogue. As
+// gemm_lt: false where cuBLASLt has no algorithm for an epilogue beyond BIAS. fast_accum: the
+// other accumulation mode, for the test that measures both.
 inline bool gemm_fp8(floatX* d, const uint8_t* a, Fp8Operand a_role, const uint8_t* b, Fp8Operand b_role, int m, int n, int k, int lda,
-                     int ldb, int ldd, float beta, const Fp8& f, const GemmEpilogue& epilogue = {}) {
+                     int ldb, int ldd, float beta, const Fp8& f, const GemmEpilogue& epilogue = {}, bool fast_accum = kFp8FastAccum) {
     GemmKey key{m, n, k, lda, ldb, ldd, true, false, epilogue.kind, 16};
-    key.a_type = fp8_cuda_type(a_role), key.b_type = fp8_cuda_type(b_role), key.fast_accum = kFp8FastAccum;
+    key.a_type = fp8_cuda_type(a_role), key.b_type = fp8_cuda_type(b_role), key.fast_accum = fast_accum;
     return gemm_lt_key(key, d, a, b, beta, epilogue, {&f.scales[a_role].descale, &f.scales[b_role].descale});
 }
 
