@@ -807,6 +807,27 @@ std::vector<float> overflowing(const std::vector<float>& params, const GPT2Confi
     return p;
 }
 
+// Trains cfg on the CPU with poisoned weights for a while: after update `from` the weights become
+// poison(weights), after update `until` they go back to what they were after `from`. *unchanged:
+// whether the weights after `until` were still the poisoned ones (the steps between changed nothing).
+std::vector<StepRecord> train_poisoned(const TrainConfig& cfg, int from, int until,
+                                       const std::function<std::vector<float>(std::vector<float>)>& poison, bool* unchanged) {
+    std::vector<float> before, poisoned;
+    return train<CpuBackend>(cfg, single_comm(), [&](int step, Zero<CpuBackend>& z) {
+        std::vector<float> now(z.plan().total());
+        z.save(now.data());
+        if (step == from) {
+            before = now;
+            poisoned = poison(now);
+            z.load(poisoned.data());
+        }
+        if (step == until) {
+            *unchanged = memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)) == 0;
+            z.load(before.data());
+        }
+    });
+}
+
 std::vector<std::string> files_like(const std::string& pattern) {
     std::vector<std::string> found;
     glob_t g;
@@ -870,21 +891,8 @@ TEST_F(Training, NonFiniteStepsAreSkippedAndTheRunGoesOn) {
     cfg.nonfinite_limit = 3;
     GPT2Config mc;
     config_from_descriptor(cfg.init, &mc);
-    std::vector<float> before, poisoned;
     bool unchanged = false;
-    const std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm(), [&](int step, Zero<CpuBackend>& z) {
-        std::vector<float> now(z.plan().total());
-        z.save(now.data());
-        if (step == 2) {
-            before = now;
-            poisoned = overflowing(now, mc);
-            z.load(poisoned.data());
-        }
-        if (step == 4) {
-            unchanged = memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)) == 0;
-            z.load(before.data());
-        }
-    });
+    const std::vector<StepRecord> r = train_poisoned(cfg, 2, 4, [&](const std::vector<float>& p) { return overflowing(p, mc); }, &unchanged);
     ASSERT_EQ(r.size(), 140u);
     for (int i = 0; i < 140; i++) {
         const bool poisoned_step = i == 3 || i == 4;
@@ -911,22 +919,11 @@ TEST_F(Training, Fp8CastOfAnInfiniteWeightMakesTheStepNonFinite) {
     cfg.max_steps = 8;
     GPT2Config mc;
     config_from_descriptor(cfg.init, &mc);
-    std::vector<float> before, poisoned;
     bool unchanged = false;
-    const std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm(), [&](int step, Zero<CpuBackend>& z) {
-        std::vector<float> now(z.plan().total());
-        z.save(now.data());
-        if (step == 2) {
-            before = now;
-            poisoned = now;
-            poisoned[ParamLayout(mc).offset[FCW] + 5] = INFINITY;
-            z.load(poisoned.data());
-        }
-        if (step == 3) {
-            unchanged = memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)) == 0;
-            z.load(before.data());
-        }
-    });
+    const std::vector<StepRecord> r = train_poisoned(cfg, 2, 3, [&](std::vector<float> p) {
+        p[ParamLayout(mc).offset[FCW] + 5] = INFINITY;
+        return p;
+    }, &unchanged);
     ASSERT_EQ(r.size(), 8u);
     for (int i = 0; i < 8; i++) EXPECT_EQ(r[i].skipped, i == 3 ? kSkipNonFinite : kNotSkipped) << i;
     EXPECT_TRUE(std::isnan(r[3].loss));
