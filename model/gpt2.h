@@ -138,8 +138,7 @@ public:
             block_matmul_forward(scratch_, layer(atty_, l, C), p[L_ATTPROJW], p[L_ATTPROJB], BT, C, C);
             Backend::residual_layernorm_forward(layer(residual2_, l, C), ln2(l), ln2_stats(l, 0), ln2_stats(l, 1),
                                                 residual, scratch_, p[L_LN2W], p[L_LN2B], BT, C);
-            if (fp8_at(BT, C, 4 * C)) Backend::fp8_matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C, fp8_);
-            else Backend::matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
+            block_matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
             block_matmul_forward(scratch_, fch_gelu(l), p[L_FCPROJW], p[L_FCPROJB], BT, 4 * C, C);
             // the block's residual add and the layernorm after it (the next layer's first, or the
             // final one) in one pass over the residual
@@ -175,11 +174,8 @@ public:
             if (recompute_ >= 1) Backend::gelu_forward(fch_gelu(l), fch, (size_t)BT * 4 * C);
             if (recompute_ >= 2)
                 Backend::layernorm_forward(ln2(l), ln2_stats(l, 0), ln2_stats(l, 1), layer(residual2_, l, C), p[L_LN2W], p[L_LN2B], BT, C);
-            const MlpGrads<floatX> mlp_grads{g[L_FCW], g[L_FCB], g[L_FCPROJW], g[L_FCPROJB], zeroed};
-            if (fp8_at(BT, C, 4 * C))
-                Backend::fp8_mlp_backward(dbuf_, dbuf4_, dresidual_, ln2(l), fch, fch_gelu(l), p[L_FCW], p[L_FCPROJW], mlp_grads, BT, C, fp8_);
-            else
-                Backend::mlp_backward(dbuf_, dbuf4_, dresidual_, ln2(l), fch, fch_gelu(l), p[L_FCW], p[L_FCPROJW], mlp_grads, BT, C);
+            block_mlp_backward(dbuf_, dbuf4_, dresidual_, ln2(l), fch, fch_gelu(l), p[L_FCW], p[L_FCPROJW],
+                               {g[L_FCW], g[L_FCB], g[L_FCPROJW], g[L_FCPROJB], zeroed}, BT, C);
             Backend::layernorm_backward(dresidual_, g[L_LN2W], g[L_LN2B], dbuf_, layer(residual2_, l, C), p[L_LN2W],
                                         ln2_stats(l, 0), ln2_stats(l, 1), BT, C);
             block_matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C, C,
@@ -230,10 +226,20 @@ private:
         if (fp8_at(N, C, OC)) Backend::fp8_matmul_forward(out, inp, w, bias, N, C, OC, fp8_);
         else Backend::matmul_forward(out, inp, w, bias, N, C, OC);
     }
+    void block_matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w, const floatX* bias, int N,
+                                   int C, int OC) {
+        if (fp8_at(N, C, OC)) Backend::fp8_matmul_gelu_forward(out_gelu, pre_gelu, inp, w, bias, N, C, OC, fp8_);
+        else Backend::matmul_gelu_forward(out_gelu, pre_gelu, inp, w, bias, N, C, OC);
+    }
     void block_matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* w, int N,
                                int C, int OC, bool dbias_zeroed) {
         if (fp8_at(N, C, OC)) Backend::fp8_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed, fp8_);
         else Backend::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed);
+    }
+    void block_mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                            const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C) {
+        if (fp8_at(N, C, 4 * C)) Backend::fp8_mlp_backward(dinp, dpre_gelu, dout, inp, pre_gelu, gelu, w_fc, w_proj, g, N, C, fp8_);
+        else Backend::mlp_backward(dinp, dpre_gelu, dout, inp, pre_gelu, gelu, w_fc, w_proj, g, N, C);
     }
 
     // per-layer activations are laid out layer-major with stride B*T*width
