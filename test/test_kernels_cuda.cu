@@ -798,6 +798,15 @@ TEST_F(Cuda, Fp8GemmsMatchTheEmulation) {
     check_fp8_matmuls(2048, 3072, 768);  // fc's projection
     check_fp8_mlp_backward(48, 64);
     check_fp8_mlp_backward(2048, 768);
+    // which epilogues cuBLASLt offered fp8 algorithms for (the others ran as separate kernels), for docs/fp8.md
+    std::map<std::string, std::pair<int, int>> offered;  // epilogue: (shapes with an algorithm, shapes asked)
+    for (const auto& [key, plan] : gpu::gemm_plans())
+        if (key.a_type != gpu::kCudaFloatX) {
+            auto& [found, asked] = offered[gpu::gemm_epilogue_name(key.epilogue)];
+            found += plan.found, asked++;
+        }
+    for (const auto& [epilogue, count] : offered)
+        printf("fp8 GEMM epilogue %s: an algorithm at %d of the %d shapes asked\n", epilogue.c_str(), count.first, count.second);
 }
 
 // The accumulation modes (cuBLASLt's FAST_ACCUM) at d12's longest sum, a weight gradient's at

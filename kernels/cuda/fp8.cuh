@@ -138,8 +138,8 @@ inline cudaDataType_t fp8_cuda_type(Fp8Operand role) {
 }
 // column-major D (m, n) = A^T B + beta D on codes, "TN": A stored (k, m) with leading dimension
 // lda, B stored (k, n) with ldb, each dequantised by its cast's multiplier; then the epilogue. As
-// gemm_lt: false where cuBLASLt has no algorithm for an epilogue beyond BIAS. fast_accum: the
-// other accumulation mode, for the test that measures both.
+// gemm_lt_key: false where cuBLASLt has no algorithm for the epilogue (BIAS included). fast_accum:
+// the other accumulation mode, for the test that measures both.
 inline bool gemm_fp8(floatX* d, const uint8_t* a, Fp8Operand a_role, const uint8_t* b, Fp8Operand b_role, int m, int n, int k, int lda,
                      int ldb, int ldd, float beta, const Fp8& f, const GemmEpilogue& epilogue = {}, bool fast_accum = kFp8FastAccum) {
     GemmKey key{m, n, k, lda, ldb, ldd, true, false, epilogue.kind, 16};

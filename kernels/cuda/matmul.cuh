@@ -177,7 +177,9 @@ inline GemmPlan make_gemm_plan(const GemmKey& key) {
     GemmPlan g;
     cublasLtMatmulHeuristicResult_t heur;
     const int found = make_gemm_descriptors(key, g, 1, &heur);
-    const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_BIAS;
+    // a floatX GEMM always has BIAS; an fp8 one may not, and adds its bias in a pass of its own
+    const bool fp8 = key.a_type != kCudaFloatX || key.b_type != kCudaFloatX;
+    const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (key.epilogue != CUBLASLT_EPILOGUE_BIAS || fp8);
     if (found == 0 && !optional)
         fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d A type %d B type %d", key.m, key.n, key.k,
               (int)key.trans_a, (int)key.trans_b, (int)key.epilogue, (int)key.a_type, (int)key.b_type);
@@ -233,7 +235,8 @@ struct GemmDescales {
 
 // column-major D (m, n) = alpha op(A) op(B) + beta D, then the epilogue, for the GEMM `key`
 // describes (its operands' types: floatX, or fp8 with their descales). Returns false, having
-// queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT and BIAS.
+// queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT (and, for
+// floatX operands, BIAS).
 inline bool gemm_lt_key(const GemmKey& key, floatX* d, const void* a, const void* b, float beta, const GemmEpilogue& epilogue,
                         const GemmDescales& descales) {
     std::map<GemmKey, GemmPlan>& plans = gemm_plans();
