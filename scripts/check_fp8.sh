@@ -98,6 +98,7 @@ print("fp8 loss: training losses (step bf16 fp8): " + "  ".join(f"{s} {bt[s]:.4f
 print(f"fp8 loss: {'PASS' if ok else 'FAIL'}")
 sys.exit(0 if ok else 1)
 EOF2
-    python3 scripts/plot_log.py "$OUT/bf16/main.log" "$OUT/fp8/main.log" -o "$OUT/fp8_loss.png" 2>&1 | sed 's/^/fp8 loss: plot: /'
+    # the plot where this Python has matplotlib; else the two main.log files in $OUT make it elsewhere
+    "${PLOT_PYTHON:-python3}" scripts/plot_log.py "$OUT/bf16/main.log" "$OUT/fp8/main.log" -o "$OUT/fp8_loss.png" 2>&1 | sed 's/^/fp8 loss: plot: /'
 fi
 exit $status
