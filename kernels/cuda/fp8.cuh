@@ -18,7 +18,7 @@
 // own scale would need, and our amaxes are of the casts' inputs. FAST_ACCUM off (kFp8FastAccum):
 // partial sums are promoted to fp32 periodically, where on they stay in the tensor cores' narrower
 // accumulator for the whole summed length (d12's weight gradients sum 65,536 products); the test
-// measures both (Cuda.Fp8GemmsMatchTheEmulation). The epilogues are asked for as in bf16 (BIAS,
+// measures both (Cuda.Fp8AccumulationModesAtTheLongestSum). The epilogues are asked for as in bf16 (BIAS,
 // GELU_AUX_BIAS forward; DGELU, and DGELU_BGRAD in this build, backward), each falling back to the
 // separate kernels where cuBLASLt offers no fp8 algorithm for it (gemm_lt_key returns false); the
 // bias gradients are the column sums of the bf16 output gradient, as the CPU's are (BGRADB would
