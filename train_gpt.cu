@@ -180,6 +180,15 @@ void note_inapplicable_flags(const TrainConfig& cfg) {
         printf("note: --shard-group: stage 0 shards nothing (every rank holds everything); gradients are all-reduced over all ranks\n");
 }
 
+// --fp8 where this backend cannot run it (a GPU before sm_89, a build without the fp8 path): one
+// line and exit 2
+template <class Backend>
+void check_fp8_flag(const TrainConfig& cfg) {
+    if (cfg.fp8 == "none") return;
+    const std::string why = Backend::fp8_refusal();
+    if (!why.empty()) fatal(2, "--fp8 %s: %s", cfg.fp8.c_str(), why.c_str());
+}
+
 // A usage error that every rank finds alike (after check_ranks_agree): said once, by rank 0, and
 // the job ends with code 2
 [[noreturn]] inline void usage_error_everywhere(Communicator& comm, const std::string& line) {
@@ -250,7 +259,7 @@ inline int accumulation_steps(long total_batch, int B, int T, int world) {
 // (shard_group: ranks per shard group, shard_group_ranks(); 0: one group)
 inline RunShape run_shape(const TrainConfig& cfg, const GPT2Config& mc, int B, int T, int world, int shard_group) {
     return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1, shard_group,
-            cfg.quantize_weights == "int8", cfg.quantize_grads == "int8"};
+            cfg.quantize_weights == "int8", cfg.quantize_grads == "int8", cfg.fp8 == "e4m3"};
 }
 
 // ----------------------------------------------------------------------------
@@ -299,6 +308,7 @@ struct Run {
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
         const std::string& dir = cfg.output_dir;
         if (cfg.resume && dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
+        check_fp8_flag<Backend>(cfg);
         if (rank == 0 && !dir.empty()) {
             mkdir(dir.c_str(), 0755);
             remove_partial_writes(dir);
@@ -438,6 +448,9 @@ private:
                 printf("note: --quantize-weights: a shard group of one rank gathers nothing, so nothing is quantized\n");
             if (cfg.quantize_grads != "none" && world == 1)
                 printf("note: --quantize-grads: one rank reduces nothing, so nothing is quantized\n");
+            if (cfg.fp8 != "none" && !fp8_gemm_shape(B * T, mc.channels, mc.channels))
+                printf("note: --fp8: fp8 GEMMs need B*T and C multiples of %d (B*T=%d, C=%d): the matmuls run as without --fp8\n",
+                       kFp8DimMultiple, B * T, mc.channels);
         }
         if (!cfg.quiet) printf("%s\n", memory_line(rank, memory()).c_str());
     }
@@ -481,6 +494,7 @@ StepRecord train_step(Run<Backend>& run, int step) {
     const TrainConfig& cfg = run.cfg;
     Zero<Backend>& zero = *run.zero;
     zero.zero_grads();
+    run.model->take_nonfinite_fp8_amaxes();  // the evaluations' since the last step are not this step's
     const float dloss = 1.0f / ((float)run.B * run.T * run.accum * run.world);
     for (int micro = 0; micro < run.accum; micro++) {
         if (cfg.overfit) run.train_data->reset();
@@ -496,15 +510,20 @@ StepRecord train_step(Run<Backend>& run, int step) {
         else forward_backward();
     }
     StepRecord r{};
-    r.loss = (float)(run.comm.all_reduce_host(run.train_loss.take() / run.accum) / run.world);
+    // an fp8 cast that met an infinity or NaN saturated it away: the step is as non-finite as its
+    // loss would otherwise have been (on every rank: the loss is summed over them)
+    const unsigned nonfinite_amaxes = run.model->take_nonfinite_fp8_amaxes();
+    const double loss = run.train_loss.take() / run.accum;
+    r.loss = (float)(run.comm.all_reduce_host(nonfinite_amaxes > 0 ? NAN : loss) / run.world);
     r.lr = learning_rate(cfg, step, run.max_steps);
     r.norm = zero.grad_norm();
     if (!run.nonfinite.record(r.loss, r.norm)) {
         r.loss_z = r.grad_z = NAN;
         r.skipped = kSkipNonFinite;
         if (run.prints_run)
-            printf("skipping update: loss %f, grad norm %f: not finite (%d step(s) in a row; the run stops at %d, --nonfinite-limit)\n", r.loss,
-                   r.norm, run.nonfinite.in_a_row(), run.nonfinite.limit());
+            printf("skipping update: loss %f, grad norm %f: not finite%s (%d step(s) in a row; the run stops at %d, --nonfinite-limit)\n",
+                   r.loss, r.norm, nonfinite_amaxes > 0 ? ", an fp8 cast met an infinity or NaN on rank 0" : "", run.nonfinite.in_a_row(),
+                   run.nonfinite.limit());
         return r;
     }
     r.loss_z = run.loss_z.update(r.loss, cfg.skip_loss_z);
@@ -706,6 +725,7 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     const int resume_step = cfg.resume && !cfg.output_dir.empty() ? latest_checkpoint(cfg.output_dir) : 0;
     const ResolvedRun resolved = resolve_run(cfg, !Backend::device_is_host, world, place.node_ranks, resume_step);
     check_offload_flags(cfg, Backend::params_narrower_than_fp32);
+    check_fp8_flag<Backend>(cfg);
     if (!device_seen && cfg.device_memory.empty())
         fatal(2, "--plan --device %s: no GPU here to ask for its free memory; give --device-memory (e.g. 80GiB)", cfg.device.c_str());
     const Planner plan = plan_memory<Backend>;

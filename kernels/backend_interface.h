@@ -11,6 +11,7 @@
 
 #include "adamw_step.h"
 #include "backend_memory.h"
+#include "fp8_scaling.h"
 #include "gemm_choices.h"
 #include "mlp_grads.h"
 #include "quantize_blocks.h"
@@ -50,6 +51,13 @@ struct BackendInterface {
     static_assert(std::is_same_v<decltype(&B::matmul_gelu_forward), void (*)(X*, X*, const X*, const X*, const X*, int, int, int)>, "matmul_gelu_forward");
     static_assert(std::is_same_v<decltype(&B::use_gemm_choices), std::string (*)(const GemmChoices&)>, "use_gemm_choices");
     static_assert(std::is_same_v<decltype(&B::mlp_backward), void (*)(X*, X*, const X*, const X*, const X*, const X*, const X*, const X*, const MlpGrads<X>&, int, int)>, "mlp_backward");
+    using F = const Fp8Workspace<typename B::Fp8Copy>&;
+    static_assert(std::is_same_v<decltype(B::fp8_gemms_take_transposed), const bool>, "fp8_gemms_take_transposed");
+    static_assert(std::is_same_v<decltype(&B::fp8_refusal), std::string (*)()>, "fp8_refusal");
+    static_assert(std::is_same_v<decltype(&B::fp8_matmul_forward), void (*)(X*, const X*, const X*, const X*, int, int, int, F)>, "fp8_matmul_forward");
+    static_assert(std::is_same_v<decltype(&B::fp8_matmul_gelu_forward), void (*)(X*, X*, const X*, const X*, const X*, int, int, int, F)>, "fp8_matmul_gelu_forward");
+    static_assert(std::is_same_v<decltype(&B::fp8_matmul_backward), void (*)(X*, X*, X*, const X*, const X*, const X*, int, int, int, bool, F)>, "fp8_matmul_backward");
+    static_assert(std::is_same_v<decltype(&B::fp8_mlp_backward), void (*)(X*, X*, const X*, const X*, const X*, const X*, const X*, const X*, const MlpGrads<X>&, int, int, F)>, "fp8_mlp_backward");
     static_assert(std::is_same_v<decltype(&B::attention_saved_floats), size_t (*)(int, int, int)>, "attention_saved_floats");
     static_assert(std::is_same_v<decltype(&B::attention_forward), void (*)(X*, float*, const X*, int, int, int, int)>, "attention_forward");
     static_assert(std::is_same_v<decltype(&B::attention_backward), void (*)(X*, const X*, const X*, const X*, const float*, int, int, int, int)>, "attention_backward");

@@ -11,6 +11,7 @@
 #include "cpu/attention.h"
 #include "cpu/classifier.h"
 #include "cpu/encoder.h"
+#include "cpu/fp8.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
@@ -19,6 +20,7 @@
 #include "../common/io.h"
 #include "backend_interface.h"
 #include "backend_memory.h"
+#include "fp8_scaling.h"
 #include "gemm_choices.h"
 #include "mlp_grads.h"
 #include "shard_table.h"
@@ -94,8 +96,7 @@ struct CpuBackend {
     // dbias_zeroed (dbias holds zeros) lets a backend write dbias instead of adding; here it adds
     static void matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout,
                                 const floatX* inp, const floatX* w, int N, int C, int OC, bool dbias_zeroed) {
-        (void)dbias_zeroed;
-        cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+        matmul_backward_fp8_or_not(dinp, dw, dbias, dout, inp, w, N, C, OC, nullptr);
     }
     // pre_gelu = inp @ w^T + bias, out_gelu = gelu(pre_gelu)
     static void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w,
@@ -107,17 +108,39 @@ struct CpuBackend {
     static std::string use_gemm_choices(const GemmChoices&) {
         return "a table of cuBLASLt's algorithms, for --device cuda; this run is on the CPU backend";
     }
-    // matmul_backward with inp = gelu(pre_gelu), dinp then the gradient of pre_gelu.
-    // pre_gelu_dbias: the zeroed bias gradient of the layer that made pre_gelu, which a backend
-    // may write (dinp's column sums) where its GEMM makes them for free; returns whether it did
-    // (here never: the next matmul_backward sums them)
     // the MLP block's backward, out = gelu(inp @ W_fc^T + b_fc) @ W_proj^T + b_proj, with inp (N, C),
     // pre_gelu and gelu (N, 4C) from the forward; dpre_gelu (N, 4C) is scratch
     static void mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
                              const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C) {
-        matmul_backward(dpre_gelu, g.w_proj, g.b_proj, dout, gelu, w_proj, N, 4 * C, C, g.zeroed);
-        cpu::gelu_backward(dpre_gelu, pre_gelu, (size_t)N * 4 * C);
-        matmul_backward(dinp, g.w_fc, g.b_fc, dpre_gelu, inp, w_fc, N, C, 4 * C, g.zeroed);
+        mlp_backward_fp8_or_not(dinp, dpre_gelu, dout, inp, pre_gelu, gelu, w_fc, w_proj, g, N, C, nullptr);
+    }
+
+    // --fp8 (kernels/fp8_scaling.h), emulated: each operand rounded to the fp8 grid at its
+    // tensor's scale, then the fp32 GEMM. The same ops as above, the workspace added; the bias
+    // gradients come from the output gradients as they are (the GPU's column sums read those too).
+    using Fp8Copy = float;  // the value a code stands for
+    using Fp8 = Fp8Workspace<Fp8Copy>;
+    static constexpr bool fp8_gemms_take_transposed = false;  // BLAS reads either layout
+    static std::string fp8_refusal() { return ""; }           // every CPU runs it
+    static void fp8_matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C, int OC,
+                                   const Fp8& f) {
+        fp8_round_trip(f.rows, inp, (size_t)N * C, kFp8Input, f);
+        fp8_round_trip(f.weight, w, (size_t)OC * C, kFp8Weight, f);
+        cpu::matmul_forward(out, f.rows, f.weight, bias, N, C, OC);
+    }
+    static void fp8_matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w, const floatX* bias,
+                                        int N, int C, int OC, const Fp8& f) {
+        fp8_matmul_forward(pre_gelu, inp, w, bias, N, C, OC, f);
+        cpu::gelu_forward(out_gelu, pre_gelu, (size_t)N * OC);
+    }
+    static void fp8_matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* w,
+                                    int N, int C, int OC, bool dbias_zeroed, const Fp8& f) {
+        matmul_backward_fp8_or_not(dinp, dw, dbias, dout, inp, w, N, C, OC, &f);
+    }
+    static void fp8_mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                                 const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C,
+                                 const Fp8& f) {
+        mlp_backward_fp8_or_not(dinp, dpre_gelu, dout, inp, pre_gelu, gelu, w_fc, w_proj, g, N, C, &f);
     }
     static size_t attention_saved_floats(int B, int T, int NH) {
         return cpu::attention_saved_floats(B, T, NH);
@@ -191,5 +214,29 @@ struct CpuBackend {
     static BackendMemory planned_memory(const OpShapes&) { return {}; }
     static void reserve(const OpShapes&) {}
     static BackendMemory memory() { return {}; }
+
+private:
+    // x's fp8 copy as operand `role` into `out`, noted in f's scales
+    static void fp8_round_trip(float* out, const float* x, size_t n, Fp8Operand role, const Fp8& f) {
+        cpu::fp8_round_trip(out, x, n, fp8_format_of(role), f.scales + role, f.nonfinite_amaxes);
+    }
+    // matmul_backward, with fp8 operands where f is given
+    static void matmul_backward_fp8_or_not(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp,
+                                           const floatX* w, int N, int C, int OC, const Fp8* f) {
+        if (f != nullptr) {
+            fp8_round_trip(f->rows, dout, (size_t)N * OC, kFp8Gradient, *f);
+            fp8_round_trip(f->other, inp, (size_t)N * C, kFp8Input, *f);
+            fp8_round_trip(f->weight, w, (size_t)OC * C, kFp8Weight, *f);
+        }
+        cpu::matmul_backward(dinp, dw, nullptr, f ? f->rows : dout, f ? f->other : inp, f ? f->weight : w, N, C, OC);
+        if (dbias != nullptr) cpu::bias_backward(dbias, dout, N, OC);
+    }
+    static void mlp_backward_fp8_or_not(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                                        const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N,
+                                        int C, const Fp8* f) {
+        matmul_backward_fp8_or_not(dpre_gelu, g.w_proj, g.b_proj, dout, gelu, w_proj, N, 4 * C, C, f);
+        cpu::gelu_backward(dpre_gelu, pre_gelu, (size_t)N * 4 * C);
+        matmul_backward_fp8_or_not(dinp, g.w_fc, g.b_fc, dpre_gelu, inp, w_fc, N, C, 4 * C, f);
+    }
 };
 template struct BackendInterface<CpuBackend>;  // the shared list of ops (kernels/backend_interface.h)

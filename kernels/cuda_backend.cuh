@@ -22,6 +22,7 @@
 #include "cuda/classifier.cuh"
 #include "cuda/common.cuh"
 #include "cuda/encoder.cuh"
+#include "cuda/fp8.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/layernorm.cuh"
 #include "cuda/matmul.cuh"
@@ -198,6 +199,32 @@ struct CudaBackend {
         const bool fc_dbias_done = gpu::matmul_gelu_backward(dpre_gelu, g.w_proj, g.b_proj, dout, gelu, pre_gelu, w_proj, N, 4 * C, C,
                                                              g.zeroed, g.zeroed ? g.b_fc : nullptr);
         gpu::matmul_backward(dinp, g.w_fc, fc_dbias_done ? nullptr : g.b_fc, dpre_gelu, inp, w_fc, N, C, 4 * C, g.zeroed);
+    }
+
+    // --fp8 (kernels/cuda/fp8.cuh, the KERNELS=candidate bf16 build on sm_89 and later): the ops
+    // above with fp8 operands, the workspace added
+    using Fp8Copy = uint8_t;  // a code
+    static constexpr bool fp8_gemms_take_transposed = true;  // fp8 GEMMs take "TN" operands only
+    static std::string fp8_refusal() { return gpu::fp8_refusal(); }
+    static void fp8_matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C, int OC,
+                                   const gpu::Fp8& f) {
+        gpu::fp8_matmul_forward_impl(out, nullptr, inp, w, bias, N, C, OC, f);
+    }
+    static void fp8_matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w, const floatX* bias,
+                                        int N, int C, int OC, const gpu::Fp8& f) {
+        gpu::fp8_matmul_forward_impl(out_gelu, pre_gelu, inp, w, bias, N, C, OC, f);
+    }
+    static void fp8_matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* w,
+                                    int N, int C, int OC, bool dbias_zeroed, const gpu::Fp8& f) {
+        gpu::fp8_matmul_backward_impl(dinp, dw, dbias, dout, inp, w, nullptr, nullptr, N, C, OC, f);
+    }
+    // mlp_backward's terms: GELU' (and fc's bias gradient where DGELU_BGRAD runs) in the projection's dinp GEMM
+    static void fp8_mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                                 const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C,
+                                 const gpu::Fp8& f) {
+        const bool fc_dbias_done = gpu::fp8_matmul_backward_impl(dpre_gelu, g.w_proj, g.b_proj, dout, gelu, w_proj, pre_gelu,
+                                                                 g.zeroed ? g.b_fc : nullptr, N, 4 * C, C, f);
+        gpu::fp8_matmul_backward_impl(dinp, g.w_fc, fc_dbias_done ? nullptr : g.b_fc, dpre_gelu, inp, w_fc, nullptr, nullptr, N, C, 4 * C, f);
     }
     static size_t attention_saved_floats(int B, int T, int NH) { return gpu::attention_saved_floats(B, T, NH); }
     // which attention kernels runs at these heads take (the run's setup line)

@@ -11,6 +11,7 @@
 
 #include "../kernels/allocations.h"
 #include "../kernels/backend_memory.h"
+#include "../kernels/fp8_scaling.h"
 #include "../zero/zero.h"
 #include "shape.h"
 
@@ -48,9 +49,10 @@ public:
     using Tensors = typename Zero<Backend>::Tensors;
     static_assert(kLayerTensors <= Zero<Backend>::kMaxGroupTensors, "a layer's group must fit zero/'s Tensors");
 
-    // recompute: 0 keeps every activation, 1 recomputes GELU in backward, 2 also the layernorms
-    GPT2(const GPT2Config& c, int B, int T, int recompute, Zero<Backend>& zero)
-        : c_(c), B_(B), T_(T), recompute_(recompute), zero_(zero) {
+    // recompute: 0 keeps every activation, 1 recomputes GELU in backward, 2 also the layernorms;
+    // fp8: the blocks' matmuls with fp8 operands (--fp8 e4m3, kernels/fp8_scaling.h)
+    GPT2(const GPT2Config& c, int B, int T, int recompute, Zero<Backend>& zero, bool fp8 = false)
+        : c_(c), B_(B), T_(T), recompute_(recompute), fp8_on_(fp8), zero_(zero) {
         const size_t BT = (size_t)B * T, C = c.channels, L = c.num_layers, Vp = c.padded_vocab_size;
         const size_t ln_copies = recompute >= 2 ? 1 : L, gelu_copies = recompute >= 1 ? 1 : L;
         owned_.alloc(&encoded_, BT * C, &activation_bytes_);
@@ -76,12 +78,21 @@ public:
         owned_.alloc(&dresidual_, BT * C, &scratch_bytes_);
         owned_.alloc(&dbuf_, BT * C, &scratch_bytes_);
         owned_.alloc(&dbuf4_, BT * 4 * C, &scratch_bytes_);
+        if (fp8) {  // the casts' buffers, one set for every layer (Fp8Workspace says what each holds)
+            owned_.alloc(&fp8_.rows, BT * 4 * C, &fp8_bytes_);
+            if (Backend::fp8_gemms_take_transposed) owned_.alloc(&fp8_.rows_t, BT * 4 * C, &fp8_bytes_);
+            owned_.alloc(&fp8_.other, BT * 4 * C, &fp8_bytes_);
+            owned_.alloc(&fp8_.weight, 4 * C * C, &fp8_bytes_);
+            owned_.alloc(&fp8_.scales, kFp8Operands, &fp8_bytes_);
+            owned_.alloc(&fp8_.nonfinite_amaxes, 1, &fp8_bytes_);
+        }
     }
     GPT2(const GPT2&) = delete;
     GPT2& operator=(const GPT2&) = delete;
 
     size_t activation_bytes() const { return activation_bytes_; }
     size_t scratch_bytes() const { return scratch_bytes_; }
+    size_t fp8_bytes() const { return fp8_bytes_; }
     const GPT2Config& config() const { return c_; }
 
     // The largest shapes the backend's ops see in a run of this model at B x T, for the memory the
@@ -122,13 +133,13 @@ public:
             const int next = last ? final_group(c_) : layer_group(l + 1);
             zero_.prefetch(next);  // the next layer's (or the final layernorm's) parameters
             const floatX* residual = l == 0 ? encoded_ : layer(residual3_, l - 1, C);
-            Backend::matmul_forward(layer(qkv_, l, 3 * C), ln1(l), p[L_QKVW], p[L_QKVB], BT, C, 3 * C);
+            block_matmul_forward(layer(qkv_, l, 3 * C), ln1(l), p[L_QKVW], p[L_QKVB], BT, C, 3 * C);
             Backend::attention_forward(layer(atty_, l, C), att_saved(l), layer(qkv_, l, 3 * C), B, T, C, NH);
-            Backend::matmul_forward(scratch_, layer(atty_, l, C), p[L_ATTPROJW], p[L_ATTPROJB], BT, C, C);
+            block_matmul_forward(scratch_, layer(atty_, l, C), p[L_ATTPROJW], p[L_ATTPROJB], BT, C, C);
             Backend::residual_layernorm_forward(layer(residual2_, l, C), ln2(l), ln2_stats(l, 0), ln2_stats(l, 1),
                                                 residual, scratch_, p[L_LN2W], p[L_LN2B], BT, C);
-            Backend::matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
-            Backend::matmul_forward(scratch_, fch_gelu(l), p[L_FCPROJW], p[L_FCPROJB], BT, 4 * C, C);
+            block_matmul_gelu_forward(fch_gelu(l), layer(fch_, l, 4 * C), ln2(l), p[L_FCW], p[L_FCB], BT, C, 4 * C);
+            block_matmul_forward(scratch_, fch_gelu(l), p[L_FCPROJW], p[L_FCPROJB], BT, 4 * C, C);
             // the block's residual add and the layernorm after it (the next layer's first, or the
             // final one) in one pass over the residual
             p = zero_.params(next);
@@ -163,17 +174,17 @@ public:
             if (recompute_ >= 1) Backend::gelu_forward(fch_gelu(l), fch, (size_t)BT * 4 * C);
             if (recompute_ >= 2)
                 Backend::layernorm_forward(ln2(l), ln2_stats(l, 0), ln2_stats(l, 1), layer(residual2_, l, C), p[L_LN2W], p[L_LN2B], BT, C);
-            Backend::mlp_backward(dbuf_, dbuf4_, dresidual_, ln2(l), fch, fch_gelu(l), p[L_FCW], p[L_FCPROJW],
-                                  {g[L_FCW], g[L_FCB], g[L_FCPROJW], g[L_FCPROJB], zeroed}, BT, C);
+            block_mlp_backward(dbuf_, dbuf4_, dresidual_, ln2(l), fch, fch_gelu(l), p[L_FCW], p[L_FCPROJW],
+                               {g[L_FCW], g[L_FCB], g[L_FCPROJW], g[L_FCPROJB], zeroed}, BT, C);
             Backend::layernorm_backward(dresidual_, g[L_LN2W], g[L_LN2B], dbuf_, layer(residual2_, l, C), p[L_LN2W],
                                         ln2_stats(l, 0), ln2_stats(l, 1), BT, C);
-            Backend::matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C,
-                                     C, zeroed);
+            block_matmul_backward(dbuf_, g[L_ATTPROJW], g[L_ATTPROJB], dresidual_, layer(atty_, l, C), p[L_ATTPROJW], BT, C, C,
+                                  zeroed);
             floatX* dqkv = dbuf4_;  // dbuf4_ is free again and 4C >= 3C wide
             Backend::attention_backward(dqkv, dbuf_, layer(qkv_, l, 3 * C), layer(atty_, l, C), att_saved(l), B, T, C, NH);
             if (recompute_ >= 2)
                 Backend::layernorm_forward(ln1(l), ln1_stats(l, 0), ln1_stats(l, 1), residual, p[L_LN1W], p[L_LN1B], BT, C);
-            Backend::matmul_backward(dbuf_, g[L_QKVW], g[L_QKVB], dqkv, ln1(l), p[L_QKVW], BT, C, 3 * C, zeroed);
+            block_matmul_backward(dbuf_, g[L_QKVW], g[L_QKVB], dqkv, ln1(l), p[L_QKVW], BT, C, 3 * C, zeroed);
             Backend::layernorm_backward(dresidual_, g[L_LN1W], g[L_LN1B], dbuf_, residual, p[L_LN1W],
                                         ln1_stats(l, 0), ln1_stats(l, 1), BT, C);
             zero_.grads_done(layer_group(l));
@@ -196,7 +207,41 @@ public:
         Backend::download_fp32(out, logits_ + (size_t)row * c_.padded_vocab_size, c_.vocab_size);
     }
 
+    // the casts since the last call whose amax was not finite: an infinity or NaN that an fp8
+    // cast saturated away (kernels/fp8_scaling.h), which the trainer makes a non-finite step.
+    // Reads backend memory and sets the count back to zero; 0 without --fp8.
+    unsigned take_nonfinite_fp8_amaxes() {
+        unsigned count = 0;
+        if (!fp8_on_) return count;
+        Backend::to_host(&count, fp8_.nonfinite_amaxes, sizeof(count));
+        Backend::zero(fp8_.nonfinite_amaxes, sizeof(count));
+        return count;
+    }
+
 private:
+    // The block's matmuls: with --fp8 at the shapes fp8 GEMMs take, their fp8 forms (the same
+    // call with the casts' workspace), else as they are
+    bool fp8_at(int N, int C, int OC) const { return fp8_on_ && fp8_gemm_shape(N, C, OC); }
+    void block_matmul_forward(floatX* out, const floatX* inp, const floatX* w, const floatX* bias, int N, int C, int OC) {
+        if (fp8_at(N, C, OC)) Backend::fp8_matmul_forward(out, inp, w, bias, N, C, OC, fp8_);
+        else Backend::matmul_forward(out, inp, w, bias, N, C, OC);
+    }
+    void block_matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* w, const floatX* bias, int N,
+                                   int C, int OC) {
+        if (fp8_at(N, C, OC)) Backend::fp8_matmul_gelu_forward(out_gelu, pre_gelu, inp, w, bias, N, C, OC, fp8_);
+        else Backend::matmul_gelu_forward(out_gelu, pre_gelu, inp, w, bias, N, C, OC);
+    }
+    void block_matmul_backward(floatX* dinp, floatX* dw, floatX* dbias, const floatX* dout, const floatX* inp, const floatX* w, int N,
+                               int C, int OC, bool dbias_zeroed) {
+        if (fp8_at(N, C, OC)) Backend::fp8_matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed, fp8_);
+        else Backend::matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, dbias_zeroed);
+    }
+    void block_mlp_backward(floatX* dinp, floatX* dpre_gelu, const floatX* dout, const floatX* inp, const floatX* pre_gelu,
+                            const floatX* gelu, const floatX* w_fc, const floatX* w_proj, const MlpGrads<floatX>& g, int N, int C) {
+        if (fp8_at(N, C, 4 * C)) Backend::fp8_mlp_backward(dinp, dpre_gelu, dout, inp, pre_gelu, gelu, w_fc, w_proj, g, N, C, fp8_);
+        else Backend::mlp_backward(dinp, dpre_gelu, dout, inp, pre_gelu, gelu, w_fc, w_proj, g, N, C);
+    }
+
     // per-layer activations are laid out layer-major with stride B*T*width
     floatX* layer(floatX* base, int l, int width) const { return base + (size_t)l * B_ * T_ * width; }
     floatX* ln1(int l) const { return layer(ln1_, recompute_ >= 2 ? 0 : l, c_.channels); }
@@ -209,9 +254,11 @@ private:
 
     GPT2Config c_;
     int B_, T_, recompute_;
+    bool fp8_on_;
     Zero<Backend>& zero_;
     Allocations<Backend> owned_;
-    size_t activation_bytes_ = 0, scratch_bytes_ = 0, att_saved_per_layer_ = 0;
+    size_t activation_bytes_ = 0, scratch_bytes_ = 0, fp8_bytes_ = 0, att_saved_per_layer_ = 0;
+    Fp8Workspace<typename Backend::Fp8Copy> fp8_;  // with --fp8
     floatX *encoded_, *ln1_, *ln2_, *qkv_, *atty_, *residual2_, *residual3_, *fch_, *fch_gelu_, *lnf_, *logits_;
     float *ln1_stats_, *ln2_stats_, *att_saved_, *lnf_stats_, *losses_;
     std::vector<float> host_losses_;

@@ -83,6 +83,7 @@ run_check "make data in a fresh clone, offline: one line saying what to do, or m
 if [ -x test/test_kernels_cuda ]; then
     run_gtest "CUDA kernels vs CPU backend" test/test_kernels_cuda
     run_check "attention kernels compile to mma.sync + ldmatrix, no spills (ptxas -v)" bash test/test_attention_build.sh
+    run_check "fp8 casts (candidate) round with cvt on sm_90a, in software on sm_80, no spills (ptxas -v)" bash test/test_fp8_build.sh
     run_check "memory plan on a GPU: the run takes what --plan says" bash test/test_memory_plan_gpu.sh
 fi
 if [ -x build/candidate/test/test_kernels_cuda ] && grep -qs KERNELS_CANDIDATE kernels/cuda/*.cuh; then

@@ -567,6 +567,303 @@ TEST_F(Cuda, MlpBackward) {
 }
 
 // ----------------------------------------------------------------------------
+// --fp8 (kernels/cuda/fp8.cuh) against the CPU backend's emulation (kernels/cpu_backend.h)
+
+// Where --fp8 cannot run, why; in the candidate bf16 build, on sm_89 and later, nothing
+TEST_F(Cuda, Fp8RunsOnlyWhereItCan) {
+    const std::string why = G::fp8_refusal();
+#if defined(ENABLE_FP32)
+    EXPECT_NE(why.find("fp32 CUDA build"), std::string::npos) << why;
+#elif !defined(KERNELS_CANDIDATE)
+    EXPECT_NE(why.find("KERNELS=candidate"), std::string::npos) << why;
+#else
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu::ctx().device));
+    EXPECT_EQ(why.empty(), prop.major * 10 + prop.minor >= 89) << why;
+#endif
+}
+
+#if defined(KERNELS_CANDIDATE) && !defined(ENABLE_FP32)
+
+// a workspace on the device for operands up to rows x cols (and weights up to wrows x wcols)
+struct DevFp8 {
+    Dev<uint8_t> rows, rows_t, other, weight;
+    Dev<Fp8Scale> scales;
+    Dev<unsigned> nonfinite;
+    gpu::Fp8 f;
+    DevFp8(size_t n, size_t weights) : rows(n), rows_t(n), other(n), weight(weights), scales(kFp8Operands), nonfinite(1) {
+        f = {rows.p, rows_t.p, other.p, weight.p, scales.p, nonfinite.p};
+    }
+    unsigned nonfinite_count() const {
+        unsigned n = 0;
+        G::to_host(&n, nonfinite.p, sizeof(n));
+        return n;
+    }
+};
+// the same on the host, for the CPU backend (copies as fp32 values)
+struct HostFp8 {
+    std::vector<float> rows, other, weight;
+    Fp8Scale scales[kFp8Operands] = {};
+    unsigned nonfinite = 0;
+    Fp8Workspace<float> f;
+    HostFp8(size_t n, size_t weights) : rows(n), other(n), weight(weights) {
+        f = {rows.data(), nullptr, other.data(), weight.data(), scales, &nonfinite};
+    }
+};
+template <class T>
+std::vector<T> download(const Dev<T>& d) {
+    std::vector<T> h(d.n);
+    G::to_host(h.data(), d.p, d.n * sizeof(T));
+    return h;
+}
+
+// The cast of x (rows x cols, bf16 values) as operand `role`, both layouts from one pass, against
+// the host's: the same amax, the same 1 / scale, the same bytes (the GPU's cvt against
+// common/fp8.h's rounding on the host), the transposed copy the transpose of the other, and a
+// non-finite amax counted once
+void check_fp8_cast(const std::vector<float>& x, int rows, int cols, Fp8Operand role, const char* what) {
+    SCOPED_TRACE(testing::Message() << what << ": " << rows << " x " << cols << (role == kFp8Gradient ? " e5m2" : " e4m3"));
+    const Fp8Format f = fp8_format_of(role);
+    uint32_t amax = 0;
+    for (float v : x) amax = std::max(amax, abs_bits(v));
+    const float scale = fp8_scale(amax, f);
+    std::vector<uint8_t> want(x.size()), want_t(x.size());
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            want[(size_t)r * cols + c] = want_t[(size_t)c * rows + r] = fp8_from_float(x[(size_t)r * cols + c] * scale, f);
+    std::vector<uint16_t> bf16(x.size());  // uploaded as bits: NaNs as they are
+    for (size_t i = 0; i < x.size(); i++) {
+        ASSERT_EQ(float_bits(x[i]) & 0xffffu, 0u) << "the inputs must be bf16 values";
+        bf16[i] = (uint16_t)(float_bits(x[i]) >> 16);
+    }
+    Dev<X> d_x(x.size());
+    G::from_host(d_x.p, bf16.data(), bf16.size() * sizeof(uint16_t));
+    DevFp8 ws(x.size(), 16);
+    gpu::fp8_cast(d_x.p, rows, cols, ws.rows.p, ws.rows_t.p, role, ws.f);
+    const std::vector<Fp8Scale> noted = download(ws.scales);
+    EXPECT_EQ(noted[role].amax_bits, amax);
+    EXPECT_EQ(noted[role].descale, fp8_descale(amax, f));
+    EXPECT_EQ(ws.nonfinite_count(), amax_nonfinite(amax) ? 1u : 0u);
+    const std::vector<uint8_t> got = download(ws.rows), got_t = download(ws.rows_t);
+    size_t wrong = 0, wrong_t = 0, first = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        if (got[i] != want[i] && wrong++ == 0) first = i;
+        wrong_t += got_t[i] != want_t[i];
+    }
+    EXPECT_EQ(wrong, 0u) << "codes as stored differ, first at " << first << ": " << x[first] << " * " << scale << " -> " << (int)got[first]
+                         << ", want " << (int)want[first];
+    EXPECT_EQ(wrong_t, 0u) << "transposed codes differ";
+    // one layout alone writes what both write
+    DevFp8 one(x.size(), 16);
+    gpu::fp8_cast(d_x.p, rows, cols, nullptr, one.rows_t.p, role, one.f);
+    EXPECT_EQ(download(one.rows_t), got_t);
+}
+TEST_F(Cuda, Fp8CastIsTheCpuCastInBothLayouts) {
+    for (const Fp8Operand role : {kFp8Input, kFp8Gradient}) {
+        check_fp8_cast(random_vec(48 * 80, -1, 1, 150), 48, 80, role, "one partial tile");
+        std::vector<float> x = random_vec(208 * 336, -3, 3, 151);
+        x[1000] = round_x(900.0f);  // the amax: a scale below 1 in e4m3
+        for (size_t i = 0; i < 300; i++) x[i * 7] = 0.0f;
+        check_fp8_cast(x, 208, 336, role, "tiles cut at both edges");
+        check_fp8_cast(random_vec(1024 * 768, -1e-3f, 1e-3f, 152), 1024, 768, role, "d12's width");
+        check_fp8_cast(std::vector<float>(64 * 32, 0.0f), 64, 32, role, "zeros: amax 0");
+        // every bf16 value, infinities and NaNs among them: the amax is a NaN, the scale 1, and
+        // each value's code the host's (cvt's rounding, saturation and NaN against common/fp8.h's)
+        std::vector<float> every(65536);
+        for (uint32_t b = 0; b < 65536; b++) every[b] = bits_float(b << 16);
+        check_fp8_cast(every, 256, 256, role, "every bf16 value");
+        x[5] = INFINITY;
+        check_fp8_cast(x, 208, 336, role, "an infinity: counted");
+    }
+}
+
+// The fp8 GEMMs' tolerance, element by element, against the CPU's fp32 GEMM of the same rounded
+// operands (the codes are the same: Cuda.Fp8CastIsTheCpuCastInBothLayouts):
+//   |got - want| <= 2^-8 |want| + kFp8Accumulation * S
+// with S the sum of the magnitudes of the products behind the element (|A| @ |B| of the rounded
+// operands). 2^-8 |want|: the GPU's bf16 output (half an ulp, 2^-9, and as much again for an
+// epilogue's GELU or a beta = 1 addition rounded with it). kFp8Accumulation = 2^-9: the tensor
+// cores add fp8 products in an accumulator narrower than fp32 (about 14 bits of mantissa), which
+// FAST_ACCUM off promotes into fp32 every few dozen products: at most 32 products' rounding at
+// 2^-14 each between promotions (2^-9 of their magnitudes). An assumption until a GPU measures it:
+// the worst-error line of each test says how much of it was used.
+constexpr double kFp8Accumulation = 1.0 / 512;
+
+// S of a GEMM: |a| (rows x K, stride lda, or its transpose) times |b| (K x cols, or its transpose)
+std::vector<float> magnitudes(bool trans_a, bool trans_b, int rows, int cols, int K, const float* a, int lda, const float* b, int ldb) {
+    std::vector<float> abs_a(trans_a ? (size_t)K * lda : (size_t)rows * lda), abs_b(trans_b ? (size_t)cols * ldb : (size_t)K * ldb), s((size_t)rows * cols);
+    for (size_t i = 0; i < abs_a.size(); i++) abs_a[i] = std::fabs(a[i]);
+    for (size_t i = 0; i < abs_b.size(); i++) abs_b[i] = std::fabs(b[i]);
+    cpu::gemm(trans_a, trans_b, rows, cols, K, 1.0f, abs_a.data(), lda, abs_b.data(), ldb, 0.0f, s.data(), cols);
+    return s;
+}
+void expect_fp8_close(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& products, const char* what) {
+    std::vector<float> allowance(products.size());
+    for (size_t i = 0; i < products.size(); i++) allowance[i] = (float)(kFp8Accumulation * products[i]);
+    expect_close(got, want, {0.0f, 1.0f / 256}, what, 0.0f, &allowance);
+}
+
+// The op's fp8 forms against the CPU's emulation: forward (with and without GELU), backward, the
+// MLP block's backward, gradients written over zeros and added to. The MLP's second GEMMs are
+// held to the CPU's emulation from the GPU's own gradient of the pre-GELU values (bf16 there):
+// one rounded in another place than the CPU's fp32 one may land on another e5m2 code.
+void check_fp8_matmuls(int N, int C, int OC) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC);
+    const std::vector<float> inp = random_vec((size_t)N * C, -2, 2, 160), w = random_vec((size_t)OC * C, -0.05f, 0.05f, 161),
+                             bias = random_vec(OC, -0.5f, 0.5f, 162), dout = random_vec((size_t)N * OC, -1e-3f, 1e-3f, 163);
+    const size_t widest = (size_t)N * std::max(C, OC);
+    DevFp8 ws(widest, (size_t)OC * C);
+    HostFp8 hs(widest, (size_t)OC * C);
+    const Dev<X> d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_dout = up(dout);
+    Dev<X> d_out((size_t)N * OC), d_pre((size_t)N * OC);
+    std::vector<float> out((size_t)N * OC), pre((size_t)N * OC);
+
+    G::fp8_matmul_forward(d_out.p, d_inp.p, d_w.p, d_bias.p, N, C, OC, ws.f);
+    CpuBackend::fp8_matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC, hs.f);
+    std::vector<float> s = magnitudes(false, true, N, OC, C, hs.rows.data(), C, hs.weight.data(), C);
+    for (size_t i = 0; i < s.size(); i++) s[i] += std::fabs(bias[i % OC]);
+    expect_fp8_close(down(d_out), out, s, "fp8_matmul_forward");
+    G::fp8_matmul_gelu_forward(d_out.p, d_pre.p, d_inp.p, d_w.p, d_bias.p, N, C, OC, ws.f);
+    CpuBackend::fp8_matmul_gelu_forward(out.data(), pre.data(), inp.data(), w.data(), bias.data(), N, C, OC, hs.f);
+    expect_fp8_close(down(d_pre), pre, s, "fp8_matmul_gelu_forward pre-GELU");
+    for (float& m : s) m *= 1.13f;  // GELU's slope is at most 1.13 in magnitude
+    expect_fp8_close(down(d_out), out, s, "fp8_matmul_gelu_forward GELU");
+
+    for (const bool zeroed : {true, false}) {
+        SCOPED_TRACE(zeroed ? "gradients zeroed" : "gradients added to");
+        auto start = [&](size_t n, uint32_t seed) { return zeroed ? std::vector<float>(n, 0.0f) : random_vec(n, -1e-2f, 1e-2f, seed); };
+        std::vector<float> dw = start((size_t)OC * C, 164), db = start(OC, 165), dinp((size_t)N * C);
+        Dev<X> d_dinp((size_t)N * C), d_dw = up(dw), d_db = up(db);
+        G::fp8_matmul_backward(d_dinp.p, d_dw.p, d_db.p, d_dout.p, d_inp.p, d_w.p, N, C, OC, zeroed, ws.f);
+        CpuBackend::fp8_matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC, zeroed, hs.f);
+        expect_fp8_close(down(d_dinp), dinp, magnitudes(false, false, N, C, OC, hs.rows.data(), OC, hs.weight.data(), C), "fp8_matmul_backward dinp");
+        std::vector<float> s_dw = magnitudes(true, false, OC, C, N, hs.rows.data(), OC, hs.other.data(), C);
+        for (size_t i = 0; i < s_dw.size(); i++) s_dw[i] += std::fabs(dw[i]);
+        expect_fp8_close(down(d_dw), dw, s_dw, "fp8_matmul_backward dweight");
+        expect_close(down(d_db), db, kReduce, "fp8_matmul_backward dbias (of the bf16 gradient)");
+        EXPECT_EQ(ws.nonfinite_count(), 0u);
+    }
+}
+void check_fp8_mlp_backward(int N, int C) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
+    const size_t H = 4 * (size_t)C;
+    const std::vector<float> inp = random_vec((size_t)N * C, -1, 1, 170), pre = random_vec(N * H, -3, 3, 171);
+    const std::vector<float> w_fc = random_vec(H * C, -0.05f, 0.05f, 172), w_proj = random_vec(C * H, -0.05f, 0.05f, 173);
+    const std::vector<float> dout = random_vec((size_t)N * C, -1e-3f, 1e-3f, 174);
+    std::vector<float> gelu(N * H);
+    CpuBackend::gelu_forward(gelu.data(), pre.data(), N * H);
+    gelu = down(up(gelu));  // as stored on the GPU
+    const Dev<X> d_inp = up(inp), d_pre = up(pre), d_gelu = up(gelu), d_w_fc = up(w_fc), d_w_proj = up(w_proj), d_dout = up(dout);
+    DevFp8 ws(N * H, H * C);
+    HostFp8 hs(N * H, H * C);
+    for (const bool zeroed : {true, false}) {
+        SCOPED_TRACE(zeroed ? "gradients zeroed" : "gradients added to");
+        auto start = [&](size_t n, uint32_t seed) { return zeroed ? std::vector<float>(n, 0.0f) : random_vec(n, -1e-2f, 1e-2f, seed); };
+        std::vector<float> g_w_fc = start(H * C, 175), g_b_fc = start(H, 176), g_w_proj = start(C * H, 177), g_b_proj = start(C, 178);
+        const std::vector<float> w_fc_before = g_w_fc, w_proj_before = g_w_proj;
+        Dev<X> d_g_w_fc = up(g_w_fc), d_g_b_fc = up(g_b_fc), d_g_w_proj = up(g_w_proj), d_g_b_proj = up(g_b_proj);
+        Dev<X> d_dinp((size_t)N * C), d_dpre(N * H);
+        G::fp8_mlp_backward(d_dinp.p, d_dpre.p, d_dout.p, d_inp.p, d_pre.p, d_gelu.p, d_w_fc.p, d_w_proj.p,
+                            {d_g_w_fc.p, d_g_b_fc.p, d_g_w_proj.p, d_g_b_proj.p, zeroed}, N, C, ws.f);
+        // the projection's backward, then GELU'
+        std::vector<float> dpre(N * H);
+        CpuBackend::fp8_matmul_backward(dpre.data(), g_w_proj.data(), g_b_proj.data(), dout.data(), gelu.data(), w_proj.data(), N, H, C,
+                                        zeroed, hs.f);
+        std::vector<float> s_dpre = magnitudes(false, false, N, (int)H, C, hs.rows.data(), C, hs.weight.data(), (int)H);
+        std::vector<float> s_w_proj = magnitudes(true, false, C, (int)H, N, hs.rows.data(), C, hs.other.data(), (int)H);
+        for (size_t i = 0; i < s_w_proj.size(); i++) s_w_proj[i] += std::fabs(w_proj_before[i]);
+        CpuBackend::gelu_backward(dpre.data(), pre.data(), N * H);
+        std::vector<float> slope(N * H, 1.0f);  // gelu'(pre), which scales the GEMM's terms
+        CpuBackend::gelu_backward(slope.data(), pre.data(), N * H);
+        for (size_t i = 0; i < s_dpre.size(); i++) s_dpre[i] *= std::fabs(slope[i]);
+        const std::vector<float> got_dpre = down(d_dpre);
+        expect_fp8_close(got_dpre, dpre, s_dpre, "fp8_mlp_backward pre-GELU gradient");
+        expect_fp8_close(down(d_g_w_proj), g_w_proj, s_w_proj, "fp8_mlp_backward projection dweight");
+        expect_close(down(d_g_b_proj), g_b_proj, kReduce, "fp8_mlp_backward projection dbias");
+        // fc's backward from the GPU's pre-GELU gradient
+        std::vector<float> dinp((size_t)N * C);
+        CpuBackend::fp8_matmul_backward(dinp.data(), g_w_fc.data(), g_b_fc.data(), got_dpre.data(), inp.data(), w_fc.data(), N, C, (int)H,
+                                        zeroed, hs.f);
+        expect_fp8_close(down(d_dinp), dinp, magnitudes(false, false, N, C, (int)H, hs.rows.data(), (int)H, hs.weight.data(), C),
+                         "fp8_mlp_backward dinp");
+        std::vector<float> s_w_fc = magnitudes(true, false, (int)H, C, N, hs.rows.data(), (int)H, hs.other.data(), C);
+        for (size_t i = 0; i < s_w_fc.size(); i++) s_w_fc[i] += std::fabs(w_fc_before[i]);
+        expect_fp8_close(down(d_g_w_fc), g_w_fc, s_w_fc, "fp8_mlp_backward fc dweight");
+        expect_close(down(d_g_b_fc), g_b_fc, kReduce, "fp8_mlp_backward fc dbias");
+    }
+}
+TEST_F(Cuda, Fp8GemmsMatchTheEmulation) {
+    check_fp8_matmuls(48, 64, 96);
+    check_fp8_matmuls(2048, 768, 2304);  // d12's widths: qkv
+    check_fp8_matmuls(2048, 3072, 768);  // fc's projection
+    check_fp8_mlp_backward(48, 64);
+    check_fp8_mlp_backward(2048, 768);
+    // which epilogues cuBLASLt offered fp8 algorithms for (the others ran as separate kernels), for docs/fp8.md
+    std::map<std::string, std::pair<int, int>> offered;  // epilogue: (shapes with an algorithm, shapes asked)
+    for (const auto& [key, plan] : gpu::gemm_plans())
+        if (key.a_type != gpu::kCudaFloatX) {
+            auto& [found, asked] = offered[gpu::gemm_epilogue_name(key.epilogue)];
+            found += plan.found, asked++;
+        }
+    for (const auto& [epilogue, count] : offered)
+        printf("fp8 GEMM epilogue %s: an algorithm at %d of the %d shapes asked\n", epilogue.c_str(), count.first, count.second);
+}
+
+// The accumulation modes (cuBLASLt's FAST_ACCUM) at d12's longest sum, a weight gradient's at
+// B*T = 65,536 (K = 65,536; 256 wide, as the sum's length is what matters). Off, the mode the
+// trainer runs, within kFp8Accumulation; on, its worst error printed beside it, for docs/fp8.md.
+TEST_F(Cuda, Fp8AccumulationModesAtTheLongestSum) {
+    const int N = 65536, C = 256;
+    const std::vector<float> x = random_vec((size_t)N * C, -1, 1, 180), dout = random_vec((size_t)N * C, -1e-3f, 1e-3f, 181);
+    DevFp8 ws((size_t)N * C, 16);
+    HostFp8 hs((size_t)N * C, 16);
+    const Dev<X> d_x = up(x), d_dout = up(dout);
+    gpu::fp8_cast(d_dout.p, N, C, nullptr, ws.rows_t.p, kFp8Gradient, ws.f);
+    gpu::fp8_cast(d_x.p, N, C, nullptr, ws.other.p, kFp8Input, ws.f);
+    cpu::fp8_round_trip(hs.rows.data(), dout.data(), dout.size(), Fp8Format::E5M2, &hs.scales[kFp8Gradient], &hs.nonfinite);
+    cpu::fp8_round_trip(hs.other.data(), x.data(), x.size(), Fp8Format::E4M3, &hs.scales[kFp8Input], &hs.nonfinite);
+    std::vector<float> want((size_t)C * C);
+    cpu::gemm(true, false, C, C, N, 1.0f, hs.rows.data(), C, hs.other.data(), C, 0.0f, want.data(), C);
+    const std::vector<float> s = magnitudes(true, false, C, C, N, hs.rows.data(), C, hs.other.data(), C);
+    for (const bool fast : {false, true}) {
+        Dev<X> d_dw((size_t)C * C);
+        ASSERT_TRUE(gpu::gemm_fp8(d_dw.p, ws.other.p, kFp8Input, ws.rows_t.p, kFp8Gradient, C, C, N, N, N, C, 0.0f, ws.f, {}, fast));
+        const std::vector<float> got = down(d_dw);
+        double worst = 0;  // of |got - want| / (2^-8 |want| + S), the allowance's terms
+        for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::fabs((double)got[i] - want[i]) / (std::fabs(want[i]) / 256 + s[i]));
+        printf("fp8 weight gradient, K = %d, FAST_ACCUM %s: worst error %.3g of (2^-8 |want| + S)\n", N, fast ? "on " : "off", worst);
+        if (!fast) expect_fp8_close(got, want, s, "fp8 weight gradient at K = 65536, FAST_ACCUM off");
+    }
+}
+
+// Training with --fp8 on the GPU: same seed, same bits, with a CUDA graph or without; the losses
+// those of the CPU's emulation within the model tolerance (the bf16 parameters and activations
+// between the GEMMs differ as without fp8)
+TEST_F(Cuda, Fp8TrainingIsDeterministicAndNearTheEmulation) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 2));
+    SingleComm comm(CudaBackend::copy);
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 5);
+    cfg.fp8 = "e4m3";
+    auto a = train_tiny<CudaBackend>(cfg, comm);
+    auto b = train_tiny<CudaBackend>(cfg, comm);
+    cfg.cuda_graph = 0;
+    auto c = train_tiny<CudaBackend>(cfg, comm);
+    ASSERT_EQ(a.first.size(), 5u);
+    EXPECT_EQ(0, memcmp(a.first.data(), b.first.data(), a.first.size() * sizeof(StepRecord)));
+    EXPECT_EQ(a.second, b.second);
+    EXPECT_EQ(0, memcmp(a.first.data(), c.first.data(), a.first.size() * sizeof(StepRecord))) << "a CUDA graph changed the run";
+    EXPECT_EQ(a.second, c.second);
+    auto cpu = train_tiny<CpuBackend>(cfg, single_comm());
+    std::vector<float> gpu_loss, cpu_loss;
+    for (size_t i = 0; i < a.first.size(); i++) gpu_loss.push_back(a.first[i].loss), cpu_loss.push_back(cpu.first[i].loss);
+    expect_close(gpu_loss, cpu_loss, kModel, "--fp8 losses against the CPU's emulation");
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+#endif  // the fp8 path
+
+// ----------------------------------------------------------------------------
 // attention
 
 // Where the failing elements of a (B*T, C) attention tensor sit, by (b, h, 16 rows): one warp's

@@ -21,6 +21,7 @@
 // well under a second, and a constant wrong in its 4th digit (GELU's 0.044715) fails its op.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -1043,6 +1044,268 @@ TEST(Ops, SumSquares) {
     double want = 0;
     for (float v : x) want += (double)v * v;
     EXPECT_NEAR(cpu::sum_squares(x.data(), x.size()), want, 1e-12 * want);
+}
+
+// ----------------------------------------------------------------------------
+// fp8 (common/fp8.h, kernels/fp8_scaling.h, kernels/cpu/fp8.h) against the formats as defined:
+// each code's value from its sign, exponent and mantissa fields, rounding as the nearest of those
+// values found by search, the scale by doubling. Exact: every value here is exact in double.
+
+struct Fp8Definition {
+    int exponent_bits, mantissa_bits, bias;
+    bool ieee_specials;  // e5m2: the top exponent holds infinity and NaNs; e4m3: only S.1111.111, a NaN
+};
+Fp8Definition definition(Fp8Format f) { return f == Fp8Format::E4M3 ? Fp8Definition{4, 3, 7, false} : Fp8Definition{5, 2, 15, true}; }
+
+double defined_value(uint8_t code, Fp8Format f) {
+    const Fp8Definition d = definition(f);
+    const int e = (code >> d.mantissa_bits) & ((1 << d.exponent_bits) - 1), m = code & ((1 << d.mantissa_bits) - 1);
+    const int top = (1 << d.exponent_bits) - 1;
+    double v;
+    if (d.ieee_specials && e == top) v = m == 0 ? INFINITY : NAN;
+    else if (!d.ieee_specials && e == top && m == (1 << d.mantissa_bits) - 1) v = NAN;
+    else if (e == 0) v = std::ldexp((double)m, 1 - d.bias - d.mantissa_bits);
+    else v = std::ldexp(1.0 + std::ldexp((double)m, -d.mantissa_bits), e - d.bias);
+    return code & 0x80 ? -v : v;
+}
+
+// the finite non-negative values and their codes, ascending
+std::vector<std::pair<double, uint8_t>> finite_values(Fp8Format f) {
+    std::vector<std::pair<double, uint8_t>> v;
+    for (int c = 0; c < 128; c++)
+        if (std::isfinite(defined_value((uint8_t)c, f))) v.push_back({defined_value((uint8_t)c, f), (uint8_t)c});
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+// the code of the nearest value, a tie to the even code; beyond the largest finite value (and
+// infinities) the largest; NaN 0x7F; the sign kept, at zero too
+uint8_t defined_rounding(float x, Fp8Format f) {
+    if (std::isnan(x)) return 0x7F;
+    const auto values = finite_values(f);
+    const double ax = std::fabs((double)x);
+    uint8_t code = values.back().second;
+    if (ax < values.back().first) {
+        size_t hi = 0;
+        while (values[hi].first < ax) hi++;
+        const size_t lo = values[hi].first == ax ? hi : hi - 1;
+        const double below = ax - values[lo].first, above = values[hi].first - ax;
+        code = below < above ? values[lo].second : above < below ? values[hi].second : (values[lo].second % 2 == 0 ? values[lo].second : values[hi].second);
+    }
+    return (uint8_t)(code | (std::signbit(x) ? 0x80 : 0));
+}
+
+// the largest 2^k, k in [-126, 126], with amax 2^k <= the largest finite value
+double defined_scale(double amax, Fp8Format f) {
+    const double largest = finite_values(f).back().first;
+    int k = 0;
+    while (k < 126 && amax * std::ldexp(1.0, k + 1) <= largest) k++;
+    while (k > -126 && amax * std::ldexp(1.0, k) > largest) k--;
+    return std::ldexp(1.0, k);
+}
+
+const Fp8Format kFp8Formats[] = {Fp8Format::E4M3, Fp8Format::E5M2};
+const char* name_of(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
+
+TEST(Fp8, EveryCodeIsItsFormatsValue) {
+    for (Fp8Format f : kFp8Formats) {
+        int nans = 0;
+        for (int c = 0; c < 256; c++) {
+            const double want = defined_value((uint8_t)c, f);
+            const float got = fp8_to_float((uint8_t)c, f);
+            nans += std::isnan(want);
+            if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << name_of(f) << " code " << c;
+            else EXPECT_EQ(float_bits(got), float_bits((float)want)) << name_of(f) << " code " << c << ": " << got << ", expected " << want;
+        }
+        EXPECT_EQ(nans, f == Fp8Format::E4M3 ? 2 : 6) << name_of(f);
+        EXPECT_EQ(finite_values(f).back().first, fp8_layout(f).largest) << name_of(f);
+        EXPECT_EQ(finite_values(f).back().second, fp8_layout(f).largest_code) << name_of(f);
+    }
+    EXPECT_EQ(fp8_layout(Fp8Format::E4M3).largest, 448.0f);
+    EXPECT_EQ(fp8_layout(Fp8Format::E5M2).largest, 57344.0f);
+}
+
+// every code back to itself; midpoints between neighbours to the even one, a float either side
+// to the nearer; every bf16 (zeros, subnormals, infinities, NaNs, the whole range) and random
+// floats as the defined rounding makes them
+TEST(Fp8, RoundsToNearestEvenAndSaturates) {
+    for (Fp8Format f : kFp8Formats) {
+        const auto values = finite_values(f);
+        std::vector<float> inputs;
+        for (int c = 0; c < 256; c++) {
+            const float v = fp8_to_float((uint8_t)c, f);
+            if (std::isnan(v)) {
+                EXPECT_EQ(fp8_from_float(v, f), 0x7F) << name_of(f) << " NaN code " << c;
+            } else if (std::isinf(v)) {
+                EXPECT_EQ(fp8_from_float(v, f), (uint8_t)(fp8_layout(f).largest_code | (c & 0x80))) << name_of(f) << " infinity saturates";
+            } else {
+                EXPECT_EQ(fp8_from_float(v, f), c) << name_of(f) << " code " << c << " (" << v << ") does not round-trip";
+            }
+        }
+        int ties = 0;
+        for (size_t i = 0; i + 1 < values.size(); i++)
+            for (float sign : {1.0f, -1.0f}) {
+                const float mid = sign * (float)((values[i].first + values[i + 1].first) / 2);
+                ASSERT_EQ((double)std::fabs(mid), (values[i].first + values[i + 1].first) / 2) << "a midpoint is exact in fp32";
+                inputs.insert(inputs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, sign * INFINITY)});
+                const uint8_t even = values[i].second % 2 == 0 ? values[i].second : values[i + 1].second;
+                EXPECT_EQ(fp8_from_float(mid, f), (uint8_t)(even | (sign < 0 ? 0x80 : 0))) << name_of(f) << " tie at " << mid;
+                ties++;
+            }
+        const float largest = fp8_layout(f).largest;
+        for (float big : {largest, std::nextafter(largest, INFINITY), largest * 1.0625f, largest * 2.0f, 3e38f, INFINITY}) {
+            EXPECT_EQ(fp8_from_float(big, f), fp8_layout(f).largest_code) << name_of(f) << " " << big;
+            EXPECT_EQ(fp8_from_float(-big, f), fp8_layout(f).largest_code | 0x80) << name_of(f) << " " << -big;
+        }
+        for (uint32_t b = 0; b < 65536; b++) inputs.push_back(bits_float(b << 16));
+        std::mt19937 rng(71);
+        for (int i = 0; i < 20000; i++)  // 2^-30 .. 2^20 in magnitude, any mantissa, either sign
+            inputs.push_back(bits_float((rng() & 0x807fffffu) | (uint32_t)(97 + rng() % 51) << 23));
+        int wrong = 0;
+        for (float x : inputs) {
+            const uint8_t got = fp8_from_float(x, f), want = defined_rounding(x, f);
+            if (got != want && ++wrong <= 5) ADD_FAILURE() << name_of(f) << " " << x << " (bits " << std::hex << float_bits(x) << "): code " << (int)got << ", expected " << (int)want << std::dec;
+        }
+        EXPECT_EQ(wrong, 0) << name_of(f) << ": of " << inputs.size() << " inputs";
+        EXPECT_EQ(ties, 2 * (int)(values.size() - 1));
+    }
+}
+
+TEST(Fp8, ScaleIsTheLargestPowerOfTwoThatFits) {
+    std::vector<float> amaxes = {1.0f, 448.0f, 448.00003f, 447.99997f, 57344.0f, 57344.01f, 1e-3f, 3e-20f, 1e30f, 3.4e38f, 1.2e-38f, 1e-40f, 1e-45f};
+    std::mt19937 rng(5);
+    for (int i = 0; i < 2000; i++) amaxes.push_back(bits_float((rng() & 0x007fffffu) | (uint32_t)(1 + rng() % 254) << 23));
+    for (Fp8Format f : kFp8Formats)
+        for (float amax : amaxes) {
+            const uint32_t bits = abs_bits(amax);
+            const float scale = fp8_scale(bits, f);
+            EXPECT_EQ((double)scale, defined_scale(amax, f)) << name_of(f) << " amax " << amax;
+            EXPECT_EQ(fp8_descale(bits, f) * scale, 1.0f) << name_of(f) << " amax " << amax << ": 1 / scale is not exact";
+            EXPECT_FALSE(amax_nonfinite(bits));
+        }
+    for (Fp8Format f : kFp8Formats)
+        for (float amax : {0.0f, INFINITY, NAN}) {
+            EXPECT_EQ(fp8_scale(abs_bits(amax), f), 1.0f) << name_of(f) << " amax " << amax;
+            EXPECT_EQ(fp8_descale(abs_bits(amax), f), 1.0f) << name_of(f) << " amax " << amax;
+            EXPECT_EQ(amax_nonfinite(abs_bits(amax)), amax != 0.0f);
+        }
+    EXPECT_TRUE(amax_nonfinite(abs_bits(-NAN)) && amax_nonfinite(abs_bits(-INFINITY)));
+}
+
+// A tensor's cast: the amax it notes (a NaN or infinity anywhere seen and counted, though the
+// values saturate), zeros kept, every value the defined rounding at the defined scale
+TEST(Fp8, CastNotesItsAmaxAndSeesNonFiniteValues) {
+    for (Fp8Format f : kFp8Formats) {
+        Fp8Scale noted{};
+        unsigned nonfinite = 0;
+        std::vector<float> zeros(64, 0.0f), out(64, 1.0f);
+        cpu::fp8_round_trip(out.data(), zeros.data(), zeros.size(), f, &noted, &nonfinite);
+        EXPECT_EQ(noted.amax_bits, 0u);
+        EXPECT_EQ(noted.descale, 1.0f);
+        EXPECT_EQ(out, zeros);
+        EXPECT_EQ(nonfinite, 0u);
+
+        std::vector<float> x = random_floats(1000, 9, -3.0f, 3.0f);
+        x[17] = -700.0f;  // the amax: a scale below 1 for e4m3
+        x[18] = 1e-30f;   // underflows to zero
+        cpu::fp8_round_trip(out.data(), x.data(), 64, f, &noted, &nonfinite);  // the first 64 only
+        EXPECT_EQ(noted.amax_bits, abs_bits(700.0f));
+        const double scale = defined_scale(700.0, f);
+        EXPECT_EQ(noted.descale, (float)(1.0 / scale));
+        for (size_t i = 0; i < 64; i++)
+            EXPECT_EQ(out[i], (float)(defined_value(defined_rounding((float)(x[i] * scale), f), f) / scale)) << name_of(f) << " " << x[i];
+        EXPECT_EQ(nonfinite, 0u);
+
+        for (float bad : {INFINITY, -INFINITY, NAN}) {
+            std::vector<float> y(x.begin(), x.begin() + 64);
+            y[40] = bad;
+            nonfinite = 0;
+            cpu::fp8_round_trip(out.data(), y.data(), y.size(), f, &noted, &nonfinite);
+            EXPECT_EQ(nonfinite, 1u) << name_of(f) << " " << bad << " went unnoticed";
+            EXPECT_TRUE(amax_nonfinite(noted.amax_bits));
+            if (std::isnan(bad)) EXPECT_TRUE(std::isnan(out[40]));
+            else EXPECT_EQ(out[40], std::copysign(fp8_layout(f).largest, bad)) << "saturated at scale 1: it would hide the overflow";
+        }
+    }
+}
+
+// The CPU backend's fp8 matmuls against GEMMs in double of operands rounded here: inputs and
+// weights e4m3, output gradients e5m2, each at its tensor's scale; bias gradients of the output
+// gradient as it is. Tolerance: fp32 accumulation, (K + 2) u sum |terms| (u = 2^-24; any order
+// of summing K products and a bias, or of adding to what dweight held). The operands are rounded
+// for real: the unrounded matmul lies outside that tolerance.
+TEST(Fp8, EmulatedMatmulsAreGemmsOfRoundedOperands) {
+    const int N = 24, C = 32, OC = 48;
+    std::vector<float> inp = random_floats((size_t)N * C, 41, -2.0f, 2.0f), w = random_floats((size_t)OC * C, 42, -0.05f, 0.05f),
+                       bias = random_floats(OC, 43), dout = random_floats((size_t)N * OC, 44, -1e-3f, 1e-3f);
+    inp[5] = 900.0f;  // an outlier row: a scale below 1
+    auto rounded = [](const std::vector<float>& x, Fp8Format f) {
+        double amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs((double)v));
+        const double s = defined_scale(amax, f);
+        Vec q(x.size());
+        for (size_t i = 0; i < x.size(); i++) q[i] = defined_value(defined_rounding((float)(x[i] * s), f), f) / s;
+        return q;
+    };
+    const Vec qi = rounded(inp, Fp8Format::E4M3), qw = rounded(w, Fp8Format::E4M3), qd = rounded(dout, Fp8Format::E5M2);
+    // d (rows x cols) = a (rows x K, stride sa) . b, with tolerance (K + 2) u sum |terms|
+    auto product = [](int rows, int cols, int K, auto a, auto b, const Vec* add, Vec* tol) {
+        Vec d((size_t)rows * cols);
+        tol->assign(d.size(), 0.0);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                double sum = add ? (*add)[(size_t)r * cols + c] : 0.0, mag = std::fabs(sum);
+                for (int k = 0; k < K; k++) sum += a(r, k) * b(k, c), mag += std::fabs(a(r, k) * b(k, c));
+                d[(size_t)r * cols + c] = sum;
+                (*tol)[(size_t)r * cols + c] = (K + 2) * std::ldexp(mag, -24);
+            }
+        return d;
+    };
+    Fp8Workspace<float> f;
+    std::vector<float> rows((size_t)N * OC), other((size_t)N * C), weight((size_t)OC * C);
+    Fp8Scale scales[kFp8Operands];
+    unsigned nonfinite = 0;
+    f.rows = rows.data(), f.other = other.data(), f.weight = weight.data(), f.scales = scales, f.nonfinite_amaxes = &nonfinite;
+
+    Vec tol;
+    const Vec bias_rows = [&] { Vec b((size_t)N * OC); for (size_t i = 0; i < b.size(); i++) b[i] = bias[i % OC]; return b; }();
+    const Vec want_out = product(N, OC, C, [&](int r, int k) { return qi[(size_t)r * C + k]; }, [&](int k, int c) { return qw[(size_t)c * C + k]; },
+                                 &bias_rows, &tol);
+    std::vector<float> out((size_t)N * OC), pre((size_t)N * OC), gelu((size_t)N * OC), want_gelu((size_t)N * OC);
+    CpuBackend::fp8_matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC, f);
+    expect_close("fp8 matmul forward", out, want_out, 0.0, tol);
+    EXPECT_EQ(scales[kFp8Input].amax_bits, abs_bits(900.0f));
+    CpuBackend::fp8_matmul_gelu_forward(gelu.data(), pre.data(), inp.data(), w.data(), bias.data(), N, C, OC, f);
+    EXPECT_EQ(pre, out) << "the GELU matmul's pre-GELU output is the plain one's";
+    cpu::gelu_forward(want_gelu.data(), pre.data(), pre.size());
+    EXPECT_EQ(gelu, want_gelu);
+    std::vector<float> unrounded((size_t)N * OC);
+    cpu::matmul_forward(unrounded.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    double worst = 0;
+    for (size_t i = 0; i < out.size(); i++) worst = std::max(worst, std::fabs(unrounded[i] - want_out[i]) / tol[i]);
+    EXPECT_GT(worst, 100.0) << "the operands' rounding changes the product by too little for this test to see it";
+
+    std::vector<float> dinp((size_t)N * C), dw = random_floats(w.size(), 45), db = random_floats(OC, 46);
+    const Vec dw0 = widen(dw);
+    Vec tol_dinp, tol_dw;
+    const Vec want_dinp = product(N, C, OC, [&](int r, int k) { return qd[(size_t)r * OC + k]; }, [&](int k, int c) { return qw[(size_t)k * C + c]; },
+                                  nullptr, &tol_dinp);
+    const Vec want_dw = product(OC, C, N, [&](int r, int k) { return qd[(size_t)k * OC + r]; }, [&](int k, int c) { return qi[(size_t)k * C + c]; },
+                                &dw0, &tol_dw);
+    Vec want_db = widen(db), tol_db(OC, 0.0);
+    for (int j = 0; j < OC; j++) {
+        double mag = std::fabs(want_db[j]);
+        for (int n = 0; n < N; n++) want_db[j] += dout[(size_t)n * OC + j], mag += std::fabs(dout[(size_t)n * OC + j]);
+        tol_db[j] = (N + 2) * std::ldexp(mag, -24);
+    }
+    CpuBackend::fp8_matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC, false, f);
+    expect_close("fp8 matmul dinp", dinp, want_dinp, 0.0, tol_dinp);
+    expect_close("fp8 matmul dweight", dw, want_dw, 0.0, tol_dw);
+    expect_close("fp8 matmul dbias (of the unrounded gradient)", db, want_db, 0.0, tol_db);
+    double dout_amax = 0;
+    for (float v : dout) dout_amax = std::max(dout_amax, std::fabs((double)v));
+    EXPECT_EQ(scales[kFp8Gradient].descale, (float)(1.0 / defined_scale(dout_amax, Fp8Format::E5M2)));
+    EXPECT_EQ(nonfinite, 0u);
 }
 
 }  // namespace

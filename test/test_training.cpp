@@ -148,6 +148,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--shard-group", {"all", "node", "1", "1048576"}, {"0", "1048577", "-1", "x", "2.5"}},
     {"", "--quantize-weights", {"none", "int8"}, {"int4", "fp8"}},
     {"", "--quantize-grads", {"none", "int8"}, {"int4", "fp8"}},
+    {"", "--fp8", {"none", "e4m3"}, {"e5m2", "E4M3", "1"}},
     {"-r", "--recompute", {"0", "2"}, {"-1", "3", "x"}},
     {"", "--cuda-graph", {"0", "1"}, {"-1", "2", "x"}},
     {"", "--gemm-algos", {"gemm.txt"}, {}},
@@ -180,7 +181,7 @@ std::string describe(const TrainConfig& c) {
       << c.T << '|' << c.total_batch << '|' << c.max_steps << '|' << c.lr << '|' << c.warmup << '|' << c.final_lr_frac << '|'
       << c.schedule << '|' << c.wsd_decay_frac << '|' << c.weight_decay << '|' << c.val_every << '|' << c.val_steps << '|'
       << c.hellaswag << '|' << c.hellaswag_file << '|' << c.hellaswag_dump << '|' << c.sample_every << '|' << c.gen_len << '|' << c.overfit << '|' << c.checkpoint_every << '|' << c.resume << '|'
-      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.recompute << '|' << c.cuda_graph << '|' << c.gemm_algos << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
+      << c.zero_stage << '|' << c.offload << '|' << c.shard_group << '|' << c.quantize_weights << '|' << c.quantize_grads << '|' << c.fp8 << '|' << c.recompute << '|' << c.cuda_graph << '|' << c.gemm_algos << '|' << c.seed << '|' << c.beta1 << '|' << c.beta2 << '|' << c.eps << '|'
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
@@ -504,44 +505,58 @@ TEST(Schedule, ShapesAgreeWithTheirFormulas) {
 
 class Training : public ::testing::Test {};
 
-// no resume, no reuse: two runs from the same seed give the same bits
+// no resume, no reuse: two runs from the same seed give the same bits, with --fp8 too (which
+// must change the model: its matmuls are another computation)
 TEST_F(Training, SameSeedSameBits) {
     std::string dir = temp_dir();
     write_shard(dir + "/t.bin", random_tokens(5000, 64, 2));
-    auto a = train_tiny<CpuBackend>(dir + "/t.bin", 5, single_comm());
-    auto b = train_tiny<CpuBackend>(dir + "/t.bin", 5, single_comm());
-    auto c = train_tiny<CpuBackend>(dir + "/t.bin", 6, single_comm());
-    ASSERT_EQ(a.first.size(), 5u);
-    EXPECT_EQ(0, memcmp(a.first.data(), b.first.data(), a.first.size() * sizeof(StepRecord)));
-    EXPECT_EQ(a.second, b.second);
-    EXPECT_NE(a.second, c.second) << "a different seed must give a different model";
+    std::vector<float> without_fp8;
+    for (const char* fp8 : {"none", "e4m3"}) {
+        TrainConfig cfg = tiny_config(dir + "/t.bin", 5);
+        cfg.fp8 = fp8;
+        auto a = train_tiny<CpuBackend>(cfg, single_comm());
+        auto b = train_tiny<CpuBackend>(cfg, single_comm());
+        cfg.seed = 6;
+        auto c = train_tiny<CpuBackend>(cfg, single_comm());
+        ASSERT_EQ(a.first.size(), 5u);
+        EXPECT_EQ(0, memcmp(a.first.data(), b.first.data(), a.first.size() * sizeof(StepRecord))) << "--fp8 " << fp8;
+        EXPECT_EQ(a.second, b.second) << "--fp8 " << fp8;
+        EXPECT_NE(a.second, c.second) << "a different seed must give a different model";
+        if (without_fp8.empty()) without_fp8 = a.second;
+        else EXPECT_NE(a.second, without_fp8) << "--fp8 e4m3 trained the same model as without it";
+    }
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
 }
 
 // -y 1 continues from the latest checkpoint exactly as if the run had not stopped, shuffled data
 // included, with 3 micro-batches per step: 12 windows of B*T = 32 tokens, 3 per step, so the
 // resumed steps cross into epoch 2 (the data must resume 3 windows per completed step on)
+// With --fp8 too: its scales come from each tensor as it is cast, so the state holds nothing more.
 TEST_F(Training, ResumeContinuesBitForBit) {
-    std::string dir = temp_dir();
-    write_shard(dir + "/t.bin", random_tokens(12 * 32 + 1, 64, 4));
-    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
-    ASSERT_EQ(cfg.shuffle, 1) << "shuffling is on by default";
-    cfg.total_batch = 3L * cfg.B * cfg.T;
-    cfg.max_steps = 6;
-    cfg.checkpoint_every = 3;
-    cfg.schedule = "linear";  // the learning rate must pick up where it was
-    cfg.final_lr_frac = 0.1f;
-    cfg.output_dir = dir + "/out";
-    std::vector<StepRecord> whole = train<CpuBackend>(cfg, single_comm());
-    GPT2Config c;
-    const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
-    remove(checkpoint_path(cfg.output_dir, "state", 6).c_str());  // so the latest is step 3
-    cfg.resume = 1;
-    std::vector<StepRecord> rest = train<CpuBackend>(cfg, single_comm());
-    ASSERT_EQ(rest.size(), 3u);
-    EXPECT_EQ(0, memcmp(rest.data(), whole.data() + 3, 3 * sizeof(StepRecord)));
-    EXPECT_EQ(load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c), final_params);
-    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+    for (const char* fp8 : {"none", "e4m3"}) {
+        SCOPED_TRACE(std::string("--fp8 ") + fp8);
+        std::string dir = temp_dir();
+        write_shard(dir + "/t.bin", random_tokens(12 * 32 + 1, 64, 4));
+        TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+        cfg.fp8 = fp8;
+        ASSERT_EQ(cfg.shuffle, 1) << "shuffling is on by default";
+        cfg.total_batch = 3L * cfg.B * cfg.T;
+        cfg.max_steps = 6;
+        cfg.checkpoint_every = 3;
+        cfg.schedule = "linear";  // the learning rate must pick up where it was
+        cfg.final_lr_frac = 0.1f;
+        cfg.output_dir = dir + "/out";
+        std::vector<StepRecord> whole = train<CpuBackend>(cfg, single_comm());
+        GPT2Config c;
+        const std::vector<float> final_params = load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c);
+        remove(checkpoint_path(cfg.output_dir, "state", 6).c_str());  // so the latest is step 3
+        cfg.resume = 1;
+        std::vector<StepRecord> rest = train<CpuBackend>(cfg, single_comm());
+        ASSERT_EQ(rest.size(), 3u);
+        EXPECT_EQ(0, memcmp(rest.data(), whole.data() + 3, 3 * sizeof(StepRecord)));
+        EXPECT_EQ(load_checkpoint(checkpoint_path(cfg.output_dir, "model", 6), &c), final_params);
+        [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+    }
 }
 
 // -y 1 with nothing to resume starts a fresh run (llm.c's loop runs it from the start)
@@ -792,6 +807,27 @@ std::vector<float> overflowing(const std::vector<float>& params, const GPT2Confi
     return p;
 }
 
+// Trains cfg on the CPU with poisoned weights for a while: after update `from` the weights become
+// poison(weights), after update `until` they go back to what they were after `from`. *unchanged:
+// whether the weights after `until` were still the poisoned ones (the steps between changed nothing).
+std::vector<StepRecord> train_poisoned(const TrainConfig& cfg, int from, int until,
+                                       const std::function<std::vector<float>(std::vector<float>)>& poison, bool* unchanged) {
+    std::vector<float> before, poisoned;
+    return train<CpuBackend>(cfg, single_comm(), [&](int step, Zero<CpuBackend>& z) {
+        std::vector<float> now(z.plan().total());
+        z.save(now.data());
+        if (step == from) {
+            before = now;
+            poisoned = poison(now);
+            z.load(poisoned.data());
+        }
+        if (step == until) {
+            *unchanged = memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)) == 0;
+            z.load(before.data());
+        }
+    });
+}
+
 std::vector<std::string> files_like(const std::string& pattern) {
     std::vector<std::string> found;
     glob_t g;
@@ -855,21 +891,8 @@ TEST_F(Training, NonFiniteStepsAreSkippedAndTheRunGoesOn) {
     cfg.nonfinite_limit = 3;
     GPT2Config mc;
     config_from_descriptor(cfg.init, &mc);
-    std::vector<float> before, poisoned;
     bool unchanged = false;
-    const std::vector<StepRecord> r = train<CpuBackend>(cfg, single_comm(), [&](int step, Zero<CpuBackend>& z) {
-        std::vector<float> now(z.plan().total());
-        z.save(now.data());
-        if (step == 2) {
-            before = now;
-            poisoned = overflowing(now, mc);
-            z.load(poisoned.data());
-        }
-        if (step == 4) {
-            unchanged = memcmp(now.data(), poisoned.data(), now.size() * sizeof(float)) == 0;
-            z.load(before.data());
-        }
-    });
+    const std::vector<StepRecord> r = train_poisoned(cfg, 2, 4, [&](const std::vector<float>& p) { return overflowing(p, mc); }, &unchanged);
     ASSERT_EQ(r.size(), 140u);
     for (int i = 0; i < 140; i++) {
         const bool poisoned_step = i == 3 || i == 4;
@@ -883,6 +906,42 @@ TEST_F(Training, NonFiniteStepsAreSkippedAndTheRunGoesOn) {
     EXPECT_FALSE(file_exists(checkpoint_path(cfg.output_dir, "DONE", 4)));
     for (int step : {8, 140}) EXPECT_TRUE(file_exists(checkpoint_path(cfg.output_dir, "DONE", step))) << step;
     [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// --fp8: a weight that became infinite, which the weight's fp8 cast would saturate to 448 (the
+// forward and the gradients then stay finite): its amax is not finite, so the step is non-finite
+// (its loss NaN, though its gradient norm is finite) and skipped, the weights as they were
+TEST_F(Training, Fp8CastOfAnInfiniteWeightMakesTheStepNonFinite) {
+    std::string dir = temp_dir();
+    write_shard(dir + "/t.bin", random_tokens(5000, 64, 4));
+    TrainConfig cfg = tiny_config(dir + "/t.bin", 3);
+    cfg.fp8 = "e4m3";
+    cfg.max_steps = 8;
+    GPT2Config mc;
+    config_from_descriptor(cfg.init, &mc);
+    bool unchanged = false;
+    const std::vector<StepRecord> r = train_poisoned(cfg, 2, 3, [&](std::vector<float> p) {
+        p[ParamLayout(mc).offset[FCW] + 5] = INFINITY;
+        return p;
+    }, &unchanged);
+    ASSERT_EQ(r.size(), 8u);
+    for (int i = 0; i < 8; i++) EXPECT_EQ(r[i].skipped, i == 3 ? kSkipNonFinite : kNotSkipped) << i;
+    EXPECT_TRUE(std::isnan(r[3].loss));
+    EXPECT_TRUE(std::isfinite(r[3].norm)) << "the gradients saw the infinity: this test no longer shows that the amax does";
+    EXPECT_TRUE(unchanged) << "the step with the infinite weight updated the weights";
+    [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
+// What --fp8 cannot run on says so in one line, exit 2 (kernels/cuda/fp8.cuh: a GPU before sm_89,
+// the fp32 CUDA build, the default CUDA build); the CPU backend runs it always
+struct Fp8RefusingBackend : CpuBackend {
+    static std::string fp8_refusal() { return "this backend has no fp8 path"; }
+};
+TEST(Flags, Fp8WhereItCannotRunExitsWithCode2) {
+    EXPECT_EXIT(check_fp8_flag<Fp8RefusingBackend>(parse({"--fp8", "e4m3"})), ExitedWithCode(2), "error: --fp8 e4m3: this backend has no fp8 path");
+    EXPECT_EXIT((check_fp8_flag<Fp8RefusingBackend>(parse({"--fp8", "none"})), check_fp8_flag<CpuBackend>(parse({"--fp8", "e4m3"})), exit(0)),
+                ExitedWithCode(0), "");
+    EXPECT_EXIT(parse({"--fp8", "e5m2"}), ExitedWithCode(2), "--fp8 e5m2: expected none or e4m3");
 }
 
 // A real run: a small GPT-2 on Tiny Shakespeare. The loss starts near ln(50257) = 10.8 and must

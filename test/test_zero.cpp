@@ -13,6 +13,8 @@
 // on 4 (groups of 1 on 2 and 3), plus the bytes across groups and replicas equal bit for bit.
 // Quantized collectives: 200 steps within a band of the unquantized loss curve, every rank
 // computing with the same parameters, and each quantized collective's bytes (Quantized).
+// --fp8 e4m3 at every stage and offloaded: 100 steps within a band of the loss without it, every
+// rank computing with the same parameters (Fp8Stage).
 // Built with nvcc (test/test_zero_cuda, see kernels/cuda.mk) the same checks run on the CUDA
 // backend, the ranks sharing one GPU through the MPI communicator; there the tolerance is 1e-4
 // in the fp32 build and 2e-2 in the bf16 one. Bit-exact wherever it is exact on both: the
@@ -963,6 +965,62 @@ INSTANTIATE_TEST_SUITE_P(Cases, Quantized,
                          ::testing::Values(QuantCase{3, true, false}, QuantCase{1, false, true}, QuantCase{2, false, true},
                                            QuantCase{3, false, true}, QuantCase{3, true, true}),
                          quant_case_name);
+// ----------------------------------------------------------------------------
+// --fp8 e4m3 (kernels/fp8_scaling.h): the blocks' matmuls on fp8 operands, at every stage and with
+// offload, on this job's ranks
+
+// kFp8Steps steps of the quantized-collectives model (lr 3e-3), whose loss falls from 5.3 to
+// below 3: with --fp8 the loss stays within kFp8LossBand of the same run's without it at every
+// step (about twice the widest gap measured on 1-4 ranks, docs/fp8.md)
+constexpr int kFp8Steps = 100;
+constexpr double kFp8LossBand = 0.05;
+
+struct Fp8Case {
+    int stage;
+    bool offload;
+};
+std::string fp8_case_name(const testing::TestParamInfo<Fp8Case>& info) {
+    return "stage" + std::to_string(info.param.stage) + (info.param.offload ? "_offload" : "");
+}
+class Fp8Stage : public ::testing::TestWithParam<Fp8Case> {};
+
+// The fp8 run against the run without: the band at every step; after every step every rank
+// computes with the same parameters, bit for bit; and fp8 changed the computation (a run that
+// ignored the flag would match the other bit for bit)
+TEST_P(Fp8Stage, StaysInBandOfTheLossWithoutFp8) {
+    const Fp8Case c = GetParam();
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
+    TrainConfig cfg = config(c.stage, kAccum, comm.world());
+    cfg.init = kQuantModelDesc;
+    cfg.max_steps = kFp8Steps;
+    cfg.lr = 3e-3f;
+    cfg.offload = c.offload ? "cpu" : "none";
+    const std::vector<StepRecord> plain = train<TestBackend>(cfg, comm);
+    cfg.fp8 = "e4m3";
+    int drift = 0;
+    const std::vector<StepRecord> fp8 =
+        train<TestBackend>(cfg, comm, [&](int, Zero<TestBackend>& zero) { drift += ranks_differ(zero.params_in_use()); });
+    int outside = 0, differ = 0;
+    double widest = 0;
+    for (int s = 0; s < kFp8Steps; s++) {
+        outside += !close(fp8[s].loss, plain[s].loss, 0.0, kFp8LossBand);
+        differ += fp8[s].loss != plain[s].loss;
+        widest = std::max(widest, std::fabs((double)fp8[s].loss - plain[s].loss));
+    }
+    if (comm.rank() == 0)
+        printf("stage %d%s on %d rank(s): loss %.4f -> %.4f without fp8, %.4f with; the widest gap %.4f\n", c.stage,
+               c.offload ? " offloaded" : "", comm.world(), plain.front().loss, plain.back().loss, fp8.back().loss, widest);
+    EXPECT_EQ(failures_everywhere(outside), 0) << "the fp8 loss leaves the band around the loss without fp8";
+    EXPECT_EQ(failures_everywhere(drift), 0) << "ranks compute with different parameters";
+    EXPECT_GT(differ, 0) << "--fp8 changed nothing";
+    EXPECT_LT(plain.back().loss, 3.0f) << "the run learned too little for the comparison to say much";
+}
+INSTANTIATE_TEST_SUITE_P(Cases, Fp8Stage,
+                         ::testing::Values(Fp8Case{0, false}, Fp8Case{1, false}, Fp8Case{2, false}, Fp8Case{3, false}, Fp8Case{1, true},
+                                           Fp8Case{3, true}),
+                         fp8_case_name);
+
 // The test backend, counting what it hands out: bytes held now and at most, in backend memory
 // and in pinned host memory. Only what goes through alloc and alloc_pinned: on CUDA the
 // backend's own buffers (kernels/backend_memory.h) are allocated within it.
@@ -995,8 +1053,8 @@ struct TallyingBackend : Backend {
 };
 
 // The memory plan (train/memory_plan.h) against runs that allocate: at every stage, with and
-// without offload, at each recompute level, and at stages 1-3 in shard groups with quantized
-// collectives, on this many ranks, each rank's plan equals, byte for
+// without offload, at each recompute level, at stages 1-3 in shard groups with quantized
+// collectives, and with --fp8's copies, on this many ranks, each rank's plan equals, byte for
 // byte and category by category, what its run's objects hold after a training step and a
 // validation, names nothing "unnamed", gives the same memory line, and its totals are what the
 // backend handed out at most over the run (device and pinned host memory, counted independently).
@@ -1028,6 +1086,10 @@ TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
         cases.back().quantize_grads = "int8";
         if (stage == 3) cases.back().quantize_weights = "int8";
     }
+    for (const int stage : {0, 3}) {  // --fp8's copies
+        cases.push_back(config(stage, kAccum, N));
+        cases.back().fp8 = "e4m3";
+    }
     int bad = 0, compared = 0;
     for (TrainConfig cfg : cases) {
         cfg.val_every = 1;
@@ -1051,6 +1113,7 @@ TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
             unquantized.quantize_weights = unquantized.quantize_grads = false;
             differs += plan_memory<TestBackend>(unquantized, r).zero.comm >= planned.zero.comm;
         }
+        differs += (planned.fp8 > 0) != (cfg.fp8 != "none");
         if (!kCompareBackendMemory) planned.backend = ran.backend = BackendMemory{};
         // what the backend allocates within itself, not through alloc and alloc_pinned
         const size_t backend_own = planned.backend.context + planned.backend.kernel_scratch;
@@ -1070,7 +1133,7 @@ TEST(MemoryPlan, EqualsWhatTheRunAllocates) {
         Tallying::device = {}, Tallying::pinned = {};
     }
     EXPECT_EQ(failures_everywhere(bad), 0);
-    EXPECT_EQ(compared, 27);
+    EXPECT_EQ(compared, 29);
 }
 
 // The memory budget is shared by the ranks whose GPU ids match, whatever each rank sees: under a

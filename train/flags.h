@@ -53,6 +53,7 @@ struct TrainConfig {
     std::string shard_group = "all";  // ranks per shard group (hybrid sharding, zero/zero.h): all, node or N
     std::string quantize_weights = "none";  // int8: stage 3's gathers as int8 blocks (zero/zero.h)
     std::string quantize_grads = "none";    // int8: reductions at stages 1-3 as int8 blocks (zero/zero.h)
+    std::string fp8 = "none";               // e4m3: the blocks' matmuls with fp8 operands (kernels/fp8_scaling.h)
     int recompute = 1;
     int cuda_graph = 1;         // where it applies: one rank, -z 0, no offload (Run::graphs_apply)
     std::string gemm_algos;     // a table of cuBLASLt algorithms by GEMM shape (kernels/gemm_choices.h); "": none
@@ -124,6 +125,7 @@ static const Flag kFlags[] = {
     {"", "--shard-group", 's', FIELD(shard_group), 0, 0, "stages 1-3 shard within groups of N consecutive ranks, one replica per group: N | node | all"},
     {"", "--quantize-weights", 's', FIELD(quantize_weights), 0, 0, "none | int8: stage 3 gathers parameters as int8 blocks with a scale each"},
     {"", "--quantize-grads", 's', FIELD(quantize_grads), 0, 0, "none | int8: stages 1-3 reduce gradients as int8 blocks (an all-to-all), summed in fp32"},
+    {"", "--fp8", 's', FIELD(fp8), 0, 0, "none | e4m3: the blocks' matmuls on fp8 operands (e4m3; gradients e5m2), scaled per tensor; CUDA: sm_89+, bf16 build (docs/fp8.md)"},
     {"-r", "--recompute", 'i', FIELD(recompute), 0, 2, "0: keep activations, 1: recompute GELU, 2: also layernorm"},
     {"", "--cuda-graph", 'i', FIELD(cuda_graph), 0, 1, "1: each micro-step's forward and backward as one CUDA graph (one rank, -z 0, no offload)"},
     {"", "--gemm-algos", 's', FIELD(gemm_algos), 0, 0, "cuda: cuBLASLt algorithm by GEMM shape, from a table scripts/bench_gemm --write timed here ('': the heuristic's first)"},
@@ -212,6 +214,7 @@ inline TrainConfig parse_args(int argc, char** argv) {
         fatal(2, "--shard-group %s: expected all, node or a number of ranks in [1, 1048576]", cfg.shard_group.c_str());
     if (!one_of(cfg.quantize_weights, {"none", "int8"})) fatal(2, "--quantize-weights %s: expected none or int8", cfg.quantize_weights.c_str());
     if (!one_of(cfg.quantize_grads, {"none", "int8"})) fatal(2, "--quantize-grads %s: expected none or int8", cfg.quantize_grads.c_str());
+    if (!one_of(cfg.fp8, {"none", "e4m3"})) fatal(2, "--fp8 %s: expected none or e4m3", cfg.fp8.c_str());
     size_t bytes = 0;
     if (!cfg.device_memory.empty() && !parse_size(cfg.device_memory, &bytes))
         fatal(2, "--device-memory %s: expected a size such as 80GiB, 24GB, 512MiB or a number of bytes", cfg.device_memory.c_str());

@@ -35,12 +35,14 @@ struct RunShape {
     bool offload, master_weights;
     int shard_group = 0;  // ranks per shard group (--shard-group); 0: one group of all ranks
     bool quantize_weights = false, quantize_grads = false;  // their buffers (zero/zero.h)
+    bool fp8 = false;  // --fp8: the casts' buffers (kernels/fp8_scaling.h)
 };
 
 // the bytes one rank holds, by category
 struct MemoryUse {
     ZeroMemory zero;                      // parameters, gradients, optimizer, master; host optimizer, staging
     size_t activations = 0, scratch = 0;  // the model's
+    size_t fp8 = 0;                       // the model's with --fp8: its casts' copies and scales
     size_t loss_sums = 0;                 // the run's loss accumulators (training, evaluation)
     BackendMemory backend;                // the context's buffers, kernel scratch; pinned uploads
     // a plan's only: device bytes allocated but in no category above (the tests see none), and
@@ -64,6 +66,7 @@ inline std::vector<MemoryCategory> memory_categories(const MemoryUse& m) {
             {"master weights", m.zero.master, false, S::WhenHeld},
             {"activations", m.activations, false, S::Always},
             {"scratch", m.scratch, false, S::Always},
+            {"fp8 copies", m.fp8, false, S::WhenHeld},
             {"comm buffers", m.zero.comm, false, S::Always},
             {"kernel scratch", m.backend.kernel_scratch, false, S::WhenHeld},
             {"cuBLASLt workspace", m.backend.context, false, S::WhenHeld},
@@ -166,7 +169,7 @@ std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm) 
 }
 template <class Backend>
 std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero) {
-    return std::make_unique<GPT2<Backend>>(s.model, s.B, s.T, s.recompute, zero);
+    return std::make_unique<GPT2<Backend>>(s.model, s.B, s.T, s.recompute, zero, s.fp8);
 }
 constexpr int kLossSums = 2;  // a run's: the training loss's and the evaluations'
 // what a rank holds, by category, as the objects holding it count it
@@ -176,6 +179,7 @@ MemoryUse memory_use(const Zero<Backend>& zero, const GPT2<Backend>& model, cons
     m.zero = zero.memory();
     m.activations = model.activation_bytes();
     m.scratch = model.scratch_bytes();
+    m.fp8 = model.fp8_bytes();
     m.loss_sums = kLossSums * LossSum<Backend>::kBytes;
     m.backend = backend;
     return m;
@@ -292,7 +296,7 @@ inline bool parse_size(const std::string& text, size_t* bytes) {
 inline std::string shape_flags(const RunShape& s) {
     return "-z " + std::to_string(s.stage) + " --offload " + (s.offload ? "cpu" : "none") + " -r " + std::to_string(s.recompute) +
            (s.shard_group > 0 ? " --shard-group " + std::to_string(s.shard_group) : "") + (s.quantize_weights ? " --quantize-weights int8" : "") +
-           (s.quantize_grads ? " --quantize-grads int8" : "");
+           (s.quantize_grads ? " --quantize-grads int8" : "") + (s.fp8 ? " --fp8 e4m3" : "");
 }
 // the flags that differ from `from`, e.g. "-r 2 --offload cpu"
 inline std::string changed_flags(const RunShape& from, const RunShape& to) {

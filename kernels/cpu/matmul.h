@@ -45,18 +45,22 @@ inline void matmul_forward(float* out, const float* inp, const float* weight, co
     }
 }
 
-// dinp is overwritten; dweight and dbias accumulate (+=) so micro-batches add up.
-inline void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, int N, int C, int OC) {
-    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias == nullptr) return;
+// dbias += the column sums of dout (N, OC)
+inline void bias_backward(float* dbias, const float* dout, int N, int OC) {
     #pragma omp parallel for
     for (int j = 0; j < OC; j++) {
         float sum = 0.0f;
         for (int i = 0; i < N; i++) sum += dout[(size_t)i * OC + j];
         dbias[j] += sum;
     }
+}
+
+// dinp is overwritten; dweight and dbias accumulate (+=) so micro-batches add up.
+inline void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int N, int C, int OC) {
+    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias != nullptr) bias_backward(dbias, dout, N, OC);
 }
 
 }  // namespace cpu

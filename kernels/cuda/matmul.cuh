@@ -41,15 +41,18 @@ inline uint32_t gemm_alignment(int lda, int ldb, int ldd, std::initializer_list<
 }
 
 // A matmul's cuBLASLt descriptors and chosen algorithm, made once per shape and epilogue:
-// creating them and asking the heuristic costs more than a small GEMM.
+// creating them and asking the heuristic costs more than a small GEMM. A and B are floatX, or
+// fp8 (--fp8, kernels/cuda/fp8.cuh: D stays floatX; fast_accum is cuBLASLt's FAST_ACCUM for them).
 struct GemmKey {
     int m, n, k, lda, ldb, ldd;
     bool trans_a, trans_b;
     cublasLtEpilogue_t epilogue;
     uint32_t align;
+    cudaDataType_t a_type = kCudaFloatX, b_type = kCudaFloatX;
+    bool fast_accum = false;
     bool operator<(const GemmKey& o) const {
-        return std::tie(m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue, align) <
-               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.trans_a, o.trans_b, o.epilogue, o.align);
+        return std::tie(m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue, align, a_type, b_type, fast_accum) <
+               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldd, o.trans_a, o.trans_b, o.epilogue, o.align, o.a_type, o.b_type, o.fast_accum);
     }
 };
 struct GemmPlan {
@@ -141,10 +144,14 @@ inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cubl
         const int64_t aux_ld = key.m;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
+    if (key.a_type != kCudaFloatX || key.b_type != kCudaFloatX) {
+        const int8_t fast_accum = key.fast_accum ? 1 : 0;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
+    }
     // stored shapes: A is (k, m) when transposed else (m, k); likewise B
     const int m = key.m, n = key.n, k = key.k;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.la, kCudaFloatX, key.trans_a ? k : m, key.trans_a ? m : k, key.lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.lb, kCudaFloatX, key.trans_b ? n : k, key.trans_b ? k : n, key.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.la, key.a_type, key.trans_a ? k : m, key.trans_a ? m : k, key.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.lb, key.b_type, key.trans_b ? n : k, key.trans_b ? k : n, key.ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.ld, kCudaFloatX, m, n, key.ldd));
 
     cublasLtMatmulPreference_t pref;
@@ -170,10 +177,12 @@ inline GemmPlan make_gemm_plan(const GemmKey& key) {
     GemmPlan g;
     cublasLtMatmulHeuristicResult_t heur;
     const int found = make_gemm_descriptors(key, g, 1, &heur);
-    const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && key.epilogue != CUBLASLT_EPILOGUE_BIAS;
+    // a floatX GEMM always has BIAS; an fp8 one may not, and adds its bias in a pass of its own
+    const bool fp8 = key.a_type != kCudaFloatX || key.b_type != kCudaFloatX;
+    const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (key.epilogue != CUBLASLT_EPILOGUE_BIAS || fp8);
     if (found == 0 && !optional)
-        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d", key.m, key.n, key.k,
-              (int)key.trans_a, (int)key.trans_b, (int)key.epilogue);
+        fatal(1, "cuBLASLt: no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d A type %d B type %d", key.m, key.n, key.k,
+              (int)key.trans_a, (int)key.trans_b, (int)key.epilogue, (int)key.a_type, (int)key.b_type);
     g.found = found > 0;
     if (g.found) g.algo = heur.algo;
     return g;
@@ -218,12 +227,19 @@ inline std::string use_gemm_choices(const GemmChoices& t) {
     return "";
 }
 
-// column-major D (m, n) = alpha op(A) op(B) + beta D, then the epilogue. Returns false, having
-// queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT and BIAS.
-inline bool gemm_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
-                    int lda, int ldb, int ldd, float beta, const GemmEpilogue& epilogue = {}) {
+// the dequantisation multipliers of fp8 A and B (device floats: cuBLASLt's A/B scale pointers
+// multiply the product of the codes by them), null for floatX operands
+struct GemmDescales {
+    const float *a = nullptr, *b = nullptr;
+};
+
+// column-major D (m, n) = alpha op(A) op(B) + beta D, then the epilogue, for the GEMM `key`
+// describes (its operands' types: floatX, or fp8 with their descales). Returns false, having
+// queued nothing, when cuBLASLt has no algorithm for an epilogue other than DEFAULT (and, for
+// floatX operands, BIAS).
+inline bool gemm_lt_key(const GemmKey& key, floatX* d, const void* a, const void* b, float beta, const GemmEpilogue& epilogue,
+                        const GemmDescales& descales) {
     std::map<GemmKey, GemmPlan>& plans = gemm_plans();
-    const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue.kind, gemm_alignment(lda, ldb, ldd, {a, b, d})};
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, make_gemm_plan(key)).first;
     GemmPlan& g = it->second;
@@ -233,12 +249,23 @@ inline bool gemm_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, i
     if (epilogue.aux != nullptr)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux,
                                                     sizeof(epilogue.aux)));
+    if (descales.a != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &descales.a, sizeof(descales.a)));
+    if (descales.b != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &descales.b, sizeof(descales.b)));
     Context& c = ctx();
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(c.lt, g.desc, &alpha, a, g.la, b, g.lb, &beta, d, g.ld, d, g.ld, &g.algo,
                                 c.lt_workspace, c.lt_workspace_size, c.stream));
     check_launch();
     return true;
+}
+
+// gemm_lt_key for floatX operands, the key made from the shape
+inline bool gemm_lt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
+                    int lda, int ldb, int ldd, float beta, const GemmEpilogue& epilogue = {}) {
+    const GemmKey key{m, n, k, lda, ldb, ldd, trans_a, trans_b, epilogue.kind, gemm_alignment(lda, ldb, ldd, {a, b, d})};
+    return gemm_lt_key(key, d, a, b, beta, epilogue, {});
 }
 
 // adds bias[j] to column j of the row-major (N, OC) matrix out
