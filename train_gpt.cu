@@ -90,11 +90,24 @@ inline uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull)
     return h;
 }
 
-// Every rank must train the same model on the same data with the same flags; rank 0's hash of
-// all of it is compared everywhere, and a mismatch stops every rank with a message, not a hang.
-// flag_files: the contents of the files the flags name that each rank reads itself (--gemm-algos).
-inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const GPT2Config& mc,
-                              const DataLoader& data, bool have_tokenizer, const std::string& flag_files) {
+// Every rank must train the same model on the same data with the same flags: rank 0's hash of
+// `mine` is compared everywhere, and a mismatch stops every rank with a message, not a hang.
+inline void check_same_as_rank_0(Communicator& comm, const std::string& mine_text) {
+    uint64_t mine = fnv1a(mine_text), root = mine;
+    comm.broadcast_host(&root, sizeof(root), 0);
+    bool differs = root != mine;
+    if (comm.all_reduce_host(differs ? 1.0 : 0.0) == 0.0) return;
+    if (differs)
+        fprintf(stderr, "error: rank %d: flags, model or data differ from rank 0's (hash %016llx, rank 0 has %016llx); every rank must get the same\n",
+                comm.rank(), (unsigned long long)mine, (unsigned long long)root);
+    else
+        fprintf(stderr, "error: rank %d: another rank's flags, model or data differ from rank 0's\n", comm.rank());
+    comm.barrier();  // every rank has printed
+    comm.abort(1);
+}
+// The flags, compared before any collective that depends on one (-b auto's): ranks that differ
+// would otherwise meet in different collectives and wait there.
+inline void check_flags_agree(Communicator& comm, const TrainConfig& cfg) {
     std::string s;
     for (const Flag& f : kFlags) {
         if (f.field == offsetof(TrainConfig, process_rank)) continue;  // differs by design
@@ -109,21 +122,18 @@ inline void check_ranks_agree(Communicator& comm, const TrainConfig& cfg, const 
         }
         s += '\n';
     }
-    s += std::to_string(mc.num_layers) + ' ' + std::to_string(mc.channels) + ' ' + std::to_string(mc.vocab_size) + ' ' + std::to_string(mc.max_seq_len);
+    check_same_as_rank_0(comm, s);
+}
+// Then what the flags name: the model, the data, and the contents of the files each rank reads
+// itself (flag_files: --gemm-algos's table)
+inline void check_model_and_data_agree(Communicator& comm, const GPT2Config& mc, const DataLoader& data, bool have_tokenizer,
+                                       const std::string& flag_files) {
+    std::string s = std::to_string(mc.num_layers) + ' ' + std::to_string(mc.channels) + ' ' + std::to_string(mc.vocab_size) + ' ' +
+                    std::to_string(mc.max_seq_len);
     for (size_t n : data.sizes()) s += ' ' + std::to_string(n);
     s += have_tokenizer ? " tok" : " notok";
     s += flag_files;
-    uint64_t mine = fnv1a(s), root = mine;
-    comm.broadcast_host(&root, sizeof(root), 0);
-    bool differs = root != mine;
-    if (comm.all_reduce_host(differs ? 1.0 : 0.0) == 0.0) return;
-    if (differs)
-        fprintf(stderr, "error: rank %d: flags, model or data differ from rank 0's (hash %016llx, rank 0 has %016llx); every rank must get the same\n",
-                comm.rank(), (unsigned long long)mine, (unsigned long long)root);
-    else
-        fprintf(stderr, "error: rank %d: another rank's flags, model or data differ from rank 0's\n", comm.rank());
-    comm.barrier();  // every rank has printed
-    comm.abort(1);
+    check_same_as_rank_0(comm, s);
 }
 
 // mean loss of this rank's first `batches` batches from `data`, summed in `sum` (left at zero)
@@ -189,7 +199,7 @@ void check_fp8_flag(const TrainConfig& cfg) {
     if (!why.empty()) fatal(2, "--fp8 %s: %s", cfg.fp8.c_str(), why.c_str());
 }
 
-// A usage error that every rank finds alike (after check_ranks_agree): said once, by rank 0, and
+// A usage error that every rank finds alike (after check_flags_agree): said once, by rank 0, and
 // the job ends with code 2
 [[noreturn]] inline void usage_error_everywhere(Communicator& comm, const std::string& line) {
     if (comm.rank() == 0) fatal(2, "%s", line.c_str());
@@ -308,6 +318,7 @@ struct Run {
         if (cfg.process_rank >= 0 && cfg.process_rank != rank) fatal(2, "-pr %d: mpirun made this rank %d", cfg.process_rank, rank);
         const std::string& dir = cfg.output_dir;
         if (cfg.resume && dir.empty()) fatal(2, "-y 1 needs the output directory (-o) that holds the checkpoints");
+        check_flags_agree(comm, cfg);
         check_fp8_flag<Backend>(cfg);
         if (rank == 0 && !dir.empty()) {
             mkdir(dir.c_str(), 0755);
@@ -339,7 +350,7 @@ struct Run {
         max_steps = cfg.max_steps > 0 ? cfg.max_steps : (int)std::max<long>(1, (long)train_data->total_tokens() / total_batch);
         open_tokenizer();
         const GemmChoices gemm_choices = cfg.gemm_algos.empty() ? GemmChoices{} : read_gemm_choices(cfg.gemm_algos);
-        check_ranks_agree(comm, cfg, mc, *train_data, tokenizer != nullptr, cfg.gemm_algos.empty() ? "" : format_gemm_choices(gemm_choices));
+        check_model_and_data_agree(comm, mc, *train_data, tokenizer != nullptr, cfg.gemm_algos.empty() ? "" : format_gemm_choices(gemm_choices));
         // the ranks agree on the flags: what they ask is said once, if it cannot be done
         if (!resolved.zero_flags_error.empty()) usage_error_everywhere(comm, resolved.zero_flags_error);
         if (!cfg.gemm_algos.empty()) {  // before the first GEMM

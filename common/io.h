@@ -16,8 +16,9 @@
 
 inline void (*g_fatal_hook)(int code) = nullptr;
 
-[[noreturn]] inline void fatal(int code, const char* fmt, ...) {
-    // one write: under mpirun, separate writes of several ranks can interleave mid-line
+// "error: " and the line, in one write: under mpirun, separate writes of several ranks can
+// interleave mid-line
+inline void say_error(const char* fmt, ...) {
     char line[1024];
     va_list args;
     va_start(args, fmt);
@@ -26,8 +27,20 @@ inline void (*g_fatal_hook)(int code) = nullptr;
     fprintf(stderr, "error: %s\n", line);
     fflush(stdout);
     fflush(stderr);
+}
+// the process ends, after its error was said: under MPI the hook ends every rank
+[[noreturn]] inline void end_process(int code) {
     if (g_fatal_hook) g_fatal_hook(code);
     exit(code);
+}
+[[noreturn]] inline void fatal(int code, const char* fmt, ...) {
+    char line[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(line, sizeof(line), fmt, args);
+    va_end(args);
+    say_error("%s", line);
+    end_process(code);
 }
 
 // this machine's name, for messages that say where a rank runs

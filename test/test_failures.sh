@@ -15,6 +15,12 @@ rc=$?
 grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the mismatch"
 grep -q "rank 0: another rank's flags, model or data differ" "$out" || fail "rank 0 did not report the mismatch"
 
+# ... also when a flag decides a collective of its own (-b auto's agreement on B): compared before it
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -b auto : -np 1 ./train_gpt "${ARGS[@]}" -b 2 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "-b auto on one rank only: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the -b auto mismatch"
+
 # ... also when they differ in how they shard (hybrid sharding): caught before any group is made
 timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 1 --shard-group 1 : -np 1 ./train_gpt "${ARGS[@]}" -z 1 >"$out" 2>&1
 rc=$?
@@ -29,11 +35,16 @@ rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-grads mismatch: exit code $rc (124 means it hung)"
 grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-grads mismatch"
 
-# 2. one rank fails to start (its data is missing): the others do not wait for it
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" : -np 1 ./train_gpt "${ARGS[@]}" -i /nonexistent/shard_*.bin >"$out" 2>&1
+# 2. one rank fails to start (the same flags, but its data is missing: a relative -i, each rank in
+# a directory of its own, rank 1's empty): the others do not wait for it
+work=$(mktemp -d)
+mkdir "$work/r0" "$work/r1"
+ln -s "$PWD/data/tinyshakespeare/tiny_shakespeare_train.bin" "$work/r0/shard_0.bin"
+timeout 60 mpirun -np 2 --oversubscribe bash -c "cd $work/r\$OMPI_COMM_WORLD_RANK && $PWD/train_gpt $(printf '%q ' "${ARGS[@]}") -i 'shard_*.bin'" >"$out" 2>&1
 rc=$?
+rm -rf "$work"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "missing data on rank 1: exit code $rc (124 means it hung)"
-grep -q "error: no token shard matches /nonexistent/shard_\*.bin" "$out" || fail "no clear message for the missing data"
+grep -q "error: no token shard matches shard_\*.bin" "$out" || fail "no clear message for the missing data"
 
 # 3. one rank is killed mid-run: the job ends within 30 s
 timeout 120 mpirun -np 2 ./train_gpt -e L=1,NH=2,C=32 -b 2 -t 16 -v 0 -s 0 -o "" -x 100000 >"$out" 2>&1 &

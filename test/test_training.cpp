@@ -333,11 +333,44 @@ TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
     // a source's error ends the wait at once, aborting every source
     bool aborted = false;
     const int id = w.add_source({[] { return std::string("NCCL reported an error"); }, [] { return std::string("an all-gather"); },
-                                 [&] { aborted = true; }});
+                                 [&] { aborted = true; }, {}});
     EXPECT_EXIT(w.wait(after(60), [] { return std::string("the GPU"); }, 1e9), ::testing::ExitedWithCode(1),
                 "error: rank 3 on [^ ]+: NCCL reported an error, after 0\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7");
     w.remove_source(id);
     EXPECT_FALSE(aborted) << "a death test's abort happens in its own process";
+    w.set_timeout(timeout);
+    w.set_activity("");
+}
+
+// The watchdog's own thread: while the main thread is stopped where no wait polls (a kernel
+// launch blocked behind a collective that never ends, here a sleep), a source whose oldest
+// unfinished collective is older than the timeout ends the job with one line; a young one, or
+// none, does not.
+TEST(Watchdog, ItsThreadEndsTheJobWhenACollectiveOutlivesTheTimeout) {
+    Watchdog& w = watchdog();
+    const double timeout = w.timeout();
+    w.set_timeout(0.3);
+    w.set_rank(2);
+    w.set_activity("step 4");
+    const auto source = [](std::function<double()> oldest) {
+        return Watchdog::Source{[] { return std::string(); }, [] { return std::string("an all-gather of 1.00 MiB among all ranks (2 rank(s))"); },
+                                [] {}, std::move(oldest)};
+    };
+    const int young = w.add_source(source([] { return 0.1; }));  // always just queued
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // three timeouts: it stays
+    w.remove_source(young);
+    const int none = w.add_source(source([] { return 0.0; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    w.remove_source(none);
+    EXPECT_EXIT(
+        {
+            const auto queued = std::chrono::steady_clock::now();
+            w.add_source(source([queued] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count(); }));
+            std::this_thread::sleep_for(std::chrono::seconds(60));  // the main thread, blocked
+        },
+        ::testing::ExitedWithCode(1),
+        "error: rank 2 on [^ ]+: a collective queued 0\\.[0-9] s ago has not finished \\(in flight: an all-gather of 1\\.00 MiB among all ranks "
+        "\\(2 rank\\(s\\)\\)\\), during step 4, more than --collective-timeout 0\\.3 allows");
     w.set_timeout(timeout);
     w.set_activity("");
 }

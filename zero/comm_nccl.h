@@ -30,6 +30,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -102,12 +103,16 @@ public:
         owns_comm_stream_ = true;
         watch();
     }
+    // Finalizing flushes what is in flight and meets the other ranks, so it is polled under the
+    // watchdog like any other wait; destroying a finalized communicator then frees it locally.
     ~NcclComm() override {
+        check(ncclCommFinalize(nccl_), "ncclCommFinalize");
+        wait_ready("the NCCL communicator's end");
         watchdog().remove_source(watch_id_);
         for (auto& r : launched_) cudaEventDestroy(r.second.done);
         for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
         if (owns_comm_stream_) cudaStreamDestroy(comm_stream_);
-        ncclCommDestroy(nccl_);
+        check(ncclCommDestroy(nccl_), "ncclCommDestroy");
     }
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
@@ -130,6 +135,7 @@ public:
 
     double all_reduce_host(double x) override { return host_->all_reduce_host(x); }
     void wait(Ticket ticket) override {
+        std::lock_guard<std::mutex> lock(mutex_);
         auto it = launched_.find(ticket);
         if (it == launched_.end()) return;
         CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second.done, 0));
@@ -147,6 +153,11 @@ public:
         std::unique_ptr<MpiComm> host = host_->split_mpi(first, count);
         ncclComm_t child = nullptr;
         check(ncclCommSplit(nccl_, first, rank_, &child, nullptr), "ncclCommSplit");
+        // A non-blocking split is a job of this (the parent) communicator, which writes the child's
+        // handle only as it finishes: wait for the parent, then for the handle.
+        wait_ready("an NCCL communicator's split");
+        watchdog().wait([&] { return __atomic_load_n(&child, __ATOMIC_ACQUIRE) != nullptr; },
+                        [&] { return "the handle of a communicator split from " + label(); });
         auto sub = std::unique_ptr<NcclComm>(new NcclComm(std::move(host), child, stream_, implicit_order_));
         sub->wait_ready("an NCCL communicator's split");
         if (implicit_order_) {
@@ -231,8 +242,9 @@ private:
     }
     // the watchdog asks this communicator for its errors and what it has in flight, and aborts it
     void watch() {
+        CUDA_CHECK(cudaGetDevice(&device_));
         watch_id_ = watchdog().add_source({[this] { return async_error(); }, [this] { return in_flight(); },
-                                           [this] { ncclCommAbort(nccl_); }});
+                                           [this] { ncclCommAbort(nccl_); }, [this] { return oldest_unfinished(); }});
     }
     std::string async_error() {
         ncclResult_t state = ncclSuccess;
@@ -241,16 +253,39 @@ private:
         return "NCCL reported an error among " + label() + ": " + ncclGetErrorString(state) +
                (detail != nullptr && *detail ? std::string(": ") + detail : std::string());
     }
-    // the oldest collective not yet finished, and how long ago it was queued ("" when none is)
-    std::string in_flight() {
-        for (auto& r : launched_)
-            if (cudaEventQuery(r.second.done) == cudaErrorNotReady) {
-                const double ago = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.second.queued).count();
-                char s[64];
-                snprintf(s, sizeof(s), ", queued %.0f s ago", ago);
-                return collective_words(r.second.kind, r.second.bytes, r.second.group, *this) + s;
-            }
-        return "";
+    struct Launched {
+        cudaEvent_t done;
+        const char* kind;
+        size_t bytes;
+        int group;
+        std::chrono::steady_clock::time_point queued;
+        bool waited;
+    };
+    // The oldest collective not yet finished (launched_.end(): none). The watchdog's thread asks
+    // too: the caller holds mutex_, and the device is made current, as a new thread's is not.
+    std::map<Ticket, Launched>::const_iterator oldest_unfinished_locked() const {
+        (void)cudaSetDevice(device_);
+        for (auto it = launched_.begin(); it != launched_.end(); ++it)
+            if (cudaEventQuery(it->second.done) == cudaErrorNotReady) return it;
+        return launched_.end();
+    }
+    static double seconds_ago(std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    }
+    // that collective and how long ago it was queued ("" when none is unfinished)
+    std::string in_flight() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto it = oldest_unfinished_locked();
+        if (it == launched_.end()) return "";
+        char s[64];
+        snprintf(s, sizeof(s), ", queued %.0f s ago", seconds_ago(it->second.queued));
+        return collective_words(it->second.kind, it->second.bytes, it->second.group, *this) + s;
+    }
+    // seconds since it was queued (0: none is unfinished)
+    double oldest_unfinished() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto it = oldest_unfinished_locked();
+        return it == launched_.end() ? 0.0 : seconds_ago(it->second.queued);
     }
 
     cudaEvent_t take_event() {
@@ -273,6 +308,7 @@ private:
     // A collective queued: its ticket, and an event marking its end (for wait() and for the
     // watchdog's message). Collectives waited for and finished give their events back.
     Ticket launched(const char* kind, size_t bytes) {
+        std::lock_guard<std::mutex> lock(mutex_);
         for (auto it = launched_.begin(); it != launched_.end();) {
             if (it->second.waited && cudaEventQuery(it->second.done) == cudaSuccess) {
                 free_events_.push_back(it->second.done);
@@ -287,20 +323,14 @@ private:
         return last_ticket_;
     }
 
-    struct Launched {
-        cudaEvent_t done;
-        const char* kind;
-        size_t bytes;
-        int group;
-        std::chrono::steady_clock::time_point queued;
-        bool waited;
-    };
     std::unique_ptr<MpiComm> host_;  // the host half, over the same ranks
     cudaStream_t stream_, comm_stream_ = nullptr;
     bool owns_comm_stream_ = false;
     ncclComm_t nccl_ = nullptr;
     bool implicit_order_;
-    std::map<Ticket, Launched> launched_;
+    std::map<Ticket, Launched> launched_;  // guarded by mutex_: the watchdog's thread reads it
+    mutable std::mutex mutex_;
+    int device_ = 0;
     std::vector<cudaEvent_t> free_events_;
     Ticket last_ticket_ = 0;
     int moving_group_ = -1;

@@ -162,7 +162,11 @@ inline int make_gemm_descriptors(const GemmKey& key, GemmPlan& g, int want, cubl
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &key.align, sizeof(key.align)));
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c.lt, g.desc, g.la, g.lb, g.ld, g.ld, pref, want, heur, &found));
+    // a combination of types, layouts and epilogue that cuBLASLt has no kernel for (an fp8 GEMM's
+    // epilogue, often) is "not supported" rather than none found: none found, for the caller's fallback
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(c.lt, g.desc, g.la, g.lb, g.ld, g.ld, pref, want, heur, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+    else CUBLAS_CHECK(status);
     cublasLtMatmulPreferenceDestroy(pref);
     return found;
 }
@@ -176,7 +180,7 @@ inline void destroy_gemm_descriptors(GemmPlan& g) {
 inline GemmPlan make_gemm_plan(const GemmKey& key) {
     GemmPlan g;
     cublasLtMatmulHeuristicResult_t heur;
-    const int found = make_gemm_descriptors(key, g, 1, &heur);
+    const int found = make_gemm_descriptors(key, g, 1, &heur) > 0 && heur.state == CUBLAS_STATUS_SUCCESS ? 1 : 0;
     // a floatX GEMM always has BIAS; an fp8 one may not, and adds its bias in a pass of its own
     const bool fp8 = key.a_type != kCudaFloatX || key.b_type != kCudaFloatX;
     const bool optional = key.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (key.epilogue != CUBLASLT_EPILOGUE_BIAS || fp8);
