@@ -14,7 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 TRAIN_GPT=${1:-./train_gpt}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$gpus" -ge 1 ] || { echo "skipped: no GPU"; exit 0; }
-[ "$gpus" -ge 2 ] || { echo "ok: one GPU, nothing to run over NCCL"; exit 0; }
+[ "$gpus" -ge 2 ] || { echo "skipped: one GPU (NCCL between GPUs needs two)"; exit 0; }
 dir=$(mktemp -d)
 fail() { echo "FAIL: $*"; tail -20 "$dir/out" 2>/dev/null; rm -rf "$dir"; exit 1; }
 python3 -c "

@@ -10,8 +10,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 TIMEOUT=4
 dir=$(mktemp -d)
 out=$dir/out
-fail() { echo "FAIL: $*"; cat "$out"; pkill -9 -f "test/fault_job" 2>/dev/null; rm -rf "$dir"; exit 1; }
-ARGS=(-e L=1,NH=2,C=32 -b 2 -t 16 -s 0 -x 20 --collective-timeout $TIMEOUT)
+# this script's ranks, and no one else's on a shared machine: their command lines name $dir
+fail() { echo "FAIL: $*"; cat "$out"; pkill -9 -f "test/fault_job .*$dir" 2>/dev/null; rm -rf "$dir"; exit 1; }
+ARGS=(-e L=1,NH=2,C=32 -b 2 -t 16 -s 0 -x 20 --collective-timeout $TIMEOUT --tokenizer "$dir/unused")
 
 # NP RANK DURING FAULT [FLAGS...]: the job must end, non-zero, and leave no rank running. The
 # bound is generous (a loaded machine starts ranks slowly); the job without the fault takes about
@@ -25,7 +26,7 @@ faulty_run() {
     [ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "$fault of rank $rank during '$during': the job hung (exit $rc)"
     [ $rc -ne 0 ] || fail "$fault of rank $rank during '$during': exit 0"
     sleep 1
-    ! pgrep -f "test/fault_job --fault-rank" >/dev/null || fail "$fault of rank $rank during '$during': a rank is still running"
+    ! pgrep -f "test/fault_job .*$dir" >/dev/null || fail "$fault of rank $rank during '$during': a rank is still running"
 }
 # the watchdog's line from rank WAITER, during ACTIVITY
 said() {

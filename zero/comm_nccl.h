@@ -78,9 +78,11 @@ inline int nccl_runtime_version() {
 // by the user stays as given. Returns whether the launch order is implicit.
 inline bool nccl_prepare_environment() {
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
-    if (nccl_runtime_version() >= NCCL_VERSION(2, 26, 0)) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+    const bool offered = nccl_runtime_version() >= NCCL_VERSION(2, 26, 0);
+    if (offered) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+    // set but empty, NCCL takes its default, which is off
     const char* implicit = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
-    return nccl_runtime_version() >= NCCL_VERSION(2, 26, 0) && implicit != nullptr && strcmp(implicit, "0") != 0;
+    return offered && implicit != nullptr && *implicit != '\0' && strcmp(implicit, "0") != 0;
 }
 
 class NcclComm : public Communicator {
