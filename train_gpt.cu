@@ -292,7 +292,8 @@ struct Run {
     std::unique_ptr<DataLoader> train_data, val_data;
     std::unique_ptr<HellaSwag> hellaswag;
     std::unique_ptr<Tokenizer> tokenizer;
-    std::unique_ptr<Zero<Backend>> zero;
+    std::unique_ptr<ShardGroups> shard_groups;  // --shard-group's communicators (null: one group)
+    std::unique_ptr<Zero<Backend>> zero;        // after shard_groups: it holds a reference to them
     std::unique_ptr<GPT2<Backend>> model;  // after zero: it holds a reference to it
     LossSum<Backend> train_loss, eval_loss;  // kLossSums of them
     // a micro-step's forward and backward as a CUDA graph (--cuda-graph): one for a step's first
@@ -334,6 +335,12 @@ struct Run {
         mc = resolved.model;
         T = resolved.T;
         shard_group = resolved.shard_group;
+        // the shard groups' communicators, and what they take on first use, before the memory is read
+        if (resolved.zero_flags_error.empty() && cfg.zero_stage > 0 && shard_group > 0) {
+            shard_groups = std::make_unique<ShardGroups>(comm, shard_group);
+            shard_groups->group().warm_up();
+            if (shard_groups->replicas()) shard_groups->replicas()->warm_up();
+        }
         size_memory();  // before the model's parameters take their memory
         init = resolved.weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(resolved.weights, &mc);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(resolved.from_random, cfg.beta2);
@@ -360,7 +367,7 @@ struct Run {
         }
         const RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         Backend::reserve(GPT2<Backend>::op_shapes(mc, B, T));
-        zero = make_zero<Backend>(shape, comm);
+        zero = make_zero<Backend>(shape, comm, shard_groups.get());
         zero->load(init.data());
         init = std::vector<float>();
         model = make_model<Backend>(shape, *zero);

@@ -163,9 +163,9 @@ using Planner = std::function<MemoryUse(const RunShape&, int rank)>;
 // the run's memory, made by the same calls in the run and in its plan
 
 template <class Backend>
-std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm) {
+std::unique_ptr<Zero<Backend>> make_zero(const RunShape& s, Communicator& comm, const ShardGroups* shard_groups = nullptr) {
     return std::make_unique<Zero<Backend>>(s.stage, param_groups(s.model), comm,
-                                           ZeroOptions{s.master_weights, s.offload, s.shard_group, s.quantize_weights, s.quantize_grads});
+                                           ZeroOptions{s.master_weights, s.offload, s.shard_group, s.quantize_weights, s.quantize_grads, shard_groups});
 }
 template <class Backend>
 std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero) {

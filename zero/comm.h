@@ -81,6 +81,9 @@ public:
         int here = 1, per_node = 1;
     };
     virtual NodeRanks node_ranks() = 0;
+    // One small collective of each kind, waited for, where a communicator sets up buffers on
+    // first use (NCCL): they are then taken before a run reads what memory is free. A collective.
+    virtual void warm_up() {}
     // what the messages call this communicator ("all ranks", "the shard group")
     const std::string& label() const { return label_; }
     virtual void set_label(std::string label) { label_ = std::move(label); }

@@ -119,9 +119,8 @@ public:
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
 
-    // One small collective of each kind the run uses, waited for: whatever NCCL sets up on first
-    // use is then taken before the memory plan reads the free memory. A collective.
-    void warm_up() {
+    // one small collective of each kind the run uses (see Communicator::warm_up)
+    void warm_up() override {
         const size_t n = 2 * (size_t)world_;  // floats per rank: a block for each rank, twice
         float* buf = nullptr;
         CUDA_CHECK(cudaMalloc(&buf, 3 * n * world_ * sizeof(float)));

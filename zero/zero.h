@@ -119,6 +119,9 @@ struct ZeroOptions {
     bool quantize_weights = false;
     // reductions at stages 1-3 send int8 blocks (--quantize-grads int8)
     bool quantize_grads = false;
+    // the shard groups, made beforehand by the caller (a run makes its communicators before it
+    // reads what memory is free), of shard_group ranks each; nullptr: made here
+    const ShardGroups* shard_groups = nullptr;
 };
 
 template <class Backend>
@@ -139,7 +142,9 @@ public:
     // comm: every rank of the run; the stage shards over options.shard_group of them
     Zero(int stage, const std::vector<std::vector<TensorSlice>>& groups, Communicator& comm, ZeroOptions options = {})
         : policy_(stage),
-          shard_groups_(comm, policy_.shards_optimizer ? options.shard_group : 0),
+          own_shard_groups_(options.shard_groups ? nullptr
+                                                 : std::make_unique<ShardGroups>(comm, policy_.shards_optimizer ? options.shard_group : 0)),
+          shard_groups_(options.shard_groups ? *options.shard_groups : *own_shard_groups_),
           comm_(shard_groups_.group()),
           replicas_(shard_groups_.replicas()),
           dtype_(sizeof(floatX) == 4 ? DType::F32 : DType::BF16),
@@ -662,7 +667,8 @@ private:
     }
 
     ZeroPolicy policy_;
-    ShardGroups shard_groups_;
+    std::unique_ptr<ShardGroups> own_shard_groups_;  // null when the caller made them
+    const ShardGroups& shard_groups_;
     Communicator& comm_;         // this rank's shard group: the collectives of the stage
     Communicator* replicas_;     // the ranks holding the same shard in the other groups (null: none)
     DType dtype_;
