@@ -69,8 +69,9 @@ __device__ inline char* align_to_swizzle(char* p) {
 __device__ inline void warp_arrive(uint32_t bar) {
     if (threadIdx.x % kWarp == 0) sm90::mbarrier_arrive(bar);
 }
-// wait parity of the n-th use (0, 1, ...) of a two-stage ring's stage, for its "full" barrier;
-// its "empty" barrier's is the other (the fresh barrier passes the first wait)
+// wait parity of tile `use` (0, 1, ...) through a two-stage ring, whose stage use % 2 it takes for
+// the (use / 2)-th time: for the stage's "full" barrier; its "empty" barrier's is the other (the
+// fresh barrier passes the first wait)
 __device__ inline uint32_t full_parity(int use) { return (use >> 1) & 1; }
 __device__ inline uint32_t empty_parity(int use) { return ((use >> 1) & 1) ^ 1; }
 
