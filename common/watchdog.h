@@ -72,6 +72,7 @@ public:
                 if (sources_[i].first == id) sources_.erase(sources_.begin() + i--);
             for (const auto& s : sources_) any_watched |= static_cast<bool>(s.second.oldest_unfinished);
         }
+        { std::lock_guard<std::mutex> asked(asking_); }  // the thread is no longer asking the removed source
         if (!any_watched) stop_monitor();
     }
 
@@ -137,9 +138,9 @@ private:
         const std::string host = host_name(), in_flight = in_flight_words(), during = where();
         if (error.empty())
             say_error("rank %d on %s: waited %.1f s for %s%s%s, more than --collective-timeout %g allows; a rank stopped or hangs, so the job ends",
-                      rank_, host.c_str(), waited, what.c_str(), in_flight.c_str(), during.c_str(), (double)timeout_);
+                      (int)rank_, host.c_str(), waited, what.c_str(), in_flight.c_str(), during.c_str(), (double)timeout_);
         else
-            say_error("rank %d on %s: %s, after %.1f s waiting for %s%s%s; the job ends", rank_, host.c_str(), error.c_str(), waited, what.c_str(),
+            say_error("rank %d on %s: %s, after %.1f s waiting for %s%s%s; the job ends", (int)rank_, host.c_str(), error.c_str(), waited, what.c_str(),
                       in_flight.c_str(), during.c_str());
         // said first: an abort may itself take a while
         {
@@ -151,6 +152,9 @@ private:
 
     // The watchdog's thread: every source that can tell is asked how long its oldest unfinished
     // collective has waited, a few times per timeout (at most a second apart).
+    // The sources are asked without the watchdog's lock held, so that a source that waits for
+    // its own lock never holds up the main thread's waits. A wait's allowance does not apply here:
+    // no collective is in flight while ranks wait out a peer's long work (a checkpoint's barrier).
     void monitor() {
         std::unique_lock<std::mutex> lock(mutex_);
         while (!stopping_) {
@@ -158,40 +162,48 @@ private:
             const double period = timeout > 0 ? std::min(1.0, std::max(0.01, timeout / 8)) : 1.0;
             stop_or_tick_.wait_for(lock, std::chrono::duration<double>(period));
             if (stopping_ || timeout <= 0 || ending_) continue;
-            for (const auto& s : sources_) {
-                if (!s.second.oldest_unfinished) continue;
-                const double age = s.second.oldest_unfinished();
-                if (age > timeout) {
-                    lock.unlock();
-                    end_job_from_monitor(age);
-                }
+            std::vector<std::function<double()>> ages;
+            for (const auto& s : sources_)
+                if (s.second.oldest_unfinished) ages.push_back(s.second.oldest_unfinished);
+            std::unique_lock<std::mutex> asking(asking_);  // a source removed meanwhile waits for its answer
+            lock.unlock();
+            for (const auto& oldest_unfinished : ages) {
+                const double age = oldest_unfinished();
+                if (age > timeout) end_job_from_monitor(age);
             }
+            asking.unlock();
+            lock.lock();
         }
     }
     // The main thread may be inside the communicator's library (a launch that blocks), so the
-    // communicators are not aborted from here; the process's end releases them and the GPU.
-    // Under MPI the hook's MPI_Abort, the one MPI call made off the main thread, ends every rank.
+    // communicators are not aborted, nor MPI called (MPI started without threads); the process
+    // just ends: mpirun then ends the job (a rank gone before MPI_Finalize), and the other
+    // ranks' own watchdogs would too.
     [[noreturn]] void end_job_from_monitor(double age) {
         claim_the_end();
         const std::string host = host_name(), in_flight = in_flight_words(), during = where();
         say_error("rank %d on %s: a collective queued %.1f s ago has not finished%s%s, more than --collective-timeout %g allows; a rank stopped or "
                   "hangs, so the job ends",
-                  rank_, host.c_str(), age, in_flight.c_str(), during.c_str(), (double)timeout_);
-        if (g_fatal_hook) g_fatal_hook(1);
+                  (int)rank_, host.c_str(), age, in_flight.c_str(), during.c_str(), (double)timeout_);
         _exit(1);  // not exit(): the main thread still runs, and must not see the process's objects destroyed under it
     }
+    // Once the job ends, the thread may be in claim_the_end() for good: it is left to the
+    // process's end, not joined.
     void stop_monitor() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
             stopping_ = true;
         }
         stop_or_tick_.notify_all();
-        if (monitor_.joinable() && monitor_.get_id() != std::this_thread::get_id()) monitor_.join();
+        if (!monitor_.joinable() || monitor_.get_id() == std::this_thread::get_id()) return;
+        if (ending_) monitor_.detach();
+        else monitor_.join();
     }
 
     std::atomic<double> timeout_{600.0};
-    int rank_ = 0;
+    std::atomic<int> rank_{0};
     mutable std::mutex mutex_;  // guards activity_, sources_, stopping_
+    std::mutex asking_;         // held by the thread while it asks the sources, without mutex_
     std::string activity_;
     std::vector<std::pair<int, Source>> sources_;
     int next_id_ = 1;

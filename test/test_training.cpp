@@ -329,13 +329,13 @@ TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
     EXPECT_EQ(polled, 3) << "done() is polled until it says so";
     w.wait(after(0.4), [] { return std::string("a test"); }, 30.0);  // past the timeout, well within the allowance
     EXPECT_EXIT(w.wait(after(60), [] { return std::string("the never-ending test"); }), ::testing::ExitedWithCode(1),
-                "error: rank 3 on [^ ]+: waited 0\\.[0-9] s for the never-ending test, during step 7, more than --collective-timeout 0\\.2 allows");
+                "error: rank 3 on [^ ]+: waited [0-9]+\\.[0-9] s for the never-ending test, during step 7, more than --collective-timeout 0\\.2 allows");
     // a source's error ends the wait at once, aborting every source
     bool aborted = false;
     const int id = w.add_source({[] { return std::string("NCCL reported an error"); }, [] { return std::string("an all-gather"); },
                                  [&] { aborted = true; }, {}});
     EXPECT_EXIT(w.wait(after(60), [] { return std::string("the GPU"); }, 1e9), ::testing::ExitedWithCode(1),
-                "error: rank 3 on [^ ]+: NCCL reported an error, after 0\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7");
+                "error: rank 3 on [^ ]+: NCCL reported an error, after [0-9]+\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7");
     w.remove_source(id);
     EXPECT_FALSE(aborted) << "a death test's abort happens in its own process";
     w.set_timeout(timeout);
@@ -369,7 +369,7 @@ TEST(Watchdog, ItsThreadEndsTheJobWhenACollectiveOutlivesTheTimeout) {
             std::this_thread::sleep_for(std::chrono::seconds(60));  // the main thread, blocked
         },
         ::testing::ExitedWithCode(1),
-        "error: rank 2 on [^ ]+: a collective queued 0\\.[0-9] s ago has not finished \\(in flight: an all-gather of 1\\.00 MiB among all ranks "
+        "error: rank 2 on [^ ]+: a collective queued [0-9]+\\.[0-9] s ago has not finished \\(in flight: an all-gather of 1\\.00 MiB among all ranks "
         "\\(2 rank\\(s\\)\\)\\), during step 4, more than --collective-timeout 0\\.3 allows");
     w.set_timeout(timeout);
     w.set_activity("");

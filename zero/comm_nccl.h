@@ -80,9 +80,9 @@ inline bool nccl_prepare_environment() {
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     const bool offered = nccl_runtime_version() >= NCCL_VERSION(2, 26, 0);
     if (offered) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
-    // set but empty, NCCL takes its default, which is off
+    // read as NCCL reads it (a number; empty or not a number is 0, off)
     const char* implicit = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
-    return offered && implicit != nullptr && *implicit != '\0' && strcmp(implicit, "0") != 0;
+    return offered && implicit != nullptr && strtoll(implicit, nullptr, 0) != 0;
 }
 
 class NcclComm : public Communicator {
@@ -136,11 +136,15 @@ public:
 
     double all_reduce_host(double x) override { return host_->all_reduce_host(x); }
     void wait(Ticket ticket) override {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = launched_.find(ticket);
-        if (it == launched_.end()) return;
-        CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second.done, 0));
-        it->second.waited = true;
+        cudaEvent_t done;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto it = launched_.find(ticket);
+            if (it == launched_.end()) return;
+            done = it->second.done;
+            it->second.waited = true;  // its event is recycled only by launched(), on this thread
+        }
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, done, 0));  // may block on a full queue: not under the lock
     }
     void barrier(double allowance = 0.0) override { host_->barrier(allowance); }
     void gather_host(const void* send, void* recv, size_t bytes, int root) override { host_->gather_host(send, recv, bytes, root); }
@@ -309,6 +313,8 @@ private:
     // A collective queued: its ticket, and an event marking its end (for wait() and for the
     // watchdog's message). Collectives waited for and finished give their events back.
     Ticket launched(const char* kind, size_t bytes) {
+        const Launched l{take_event(), kind, bytes, moving_group_, std::chrono::steady_clock::now(), false};
+        CUDA_CHECK(cudaEventRecord(l.done, comm_stream_));  // may block on a full queue: not under the lock
         std::lock_guard<std::mutex> lock(mutex_);
         for (auto it = launched_.begin(); it != launched_.end();) {
             if (it->second.waited && cudaEventQuery(it->second.done) == cudaSuccess) {
@@ -318,8 +324,6 @@ private:
                 ++it;
             }
         }
-        Launched l{take_event(), kind, bytes, moving_group_, std::chrono::steady_clock::now(), false};
-        CUDA_CHECK(cudaEventRecord(l.done, comm_stream_));
         launched_[++last_ticket_] = l;
         return last_ticket_;
     }
@@ -329,7 +333,9 @@ private:
     bool owns_comm_stream_ = false;
     ncclComm_t nccl_ = nullptr;
     bool implicit_order_;
-    std::map<Ticket, Launched> launched_;  // guarded by mutex_: the watchdog's thread reads it
+    // guarded by mutex_, as the watchdog's thread reads it; the lock is never held across a call
+    // that can block (a launch into a full queue) or end the process (CUDA_CHECK)
+    std::map<Ticket, Launched> launched_;
     mutable std::mutex mutex_;
     int device_ = 0;
     std::vector<cudaEvent_t> free_events_;
