@@ -175,6 +175,11 @@ public:
         return sub;
     }
     NodeRanks node_ranks() override { return host_->node_ranks(); }
+    // under the lock: the watchdog's thread may be reading the label for its line
+    void set_label(std::string label) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Communicator::set_label(std::move(label));
+    }
     void note(Event event, int group) override {
         if (event == Event::NextCollectiveMoves) moving_group_ = group;
     }
