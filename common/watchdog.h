@@ -24,6 +24,10 @@
 
 #include "io.h"
 
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 class Watchdog {
 public:
     // Something the wait can ask while it polls, registered by a communicator: an error it has
@@ -100,9 +104,6 @@ public:
     }
 
 private:
-    static double seconds_since(std::chrono::steady_clock::time_point t) {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-    }
     std::string first_source_error() {
         std::lock_guard<std::mutex> lock(mutex_);
         for (const auto& s : sources_) {

@@ -314,12 +314,23 @@ double reference_z(const std::vector<double>& window) {
 // The watchdog's wait: what finishes within the timeout (and a wait's allowance beyond it) is
 // waited for; what does not ends the process with one line naming the wait, the rank and the run's
 // activity. Death tests: the job's end is an exit.
+// the process's watchdog set for a test, and its timeout and activity as they were after it
+struct WatchdogForTest {
+    const double saved_timeout = watchdog().timeout();
+    WatchdogForTest(double timeout, int rank, const char* activity) {
+        watchdog().set_timeout(timeout);
+        watchdog().set_rank(rank);
+        watchdog().set_activity(activity);
+    }
+    ~WatchdogForTest() {
+        watchdog().set_timeout(saved_timeout);
+        watchdog().set_activity("");
+    }
+};
+
 TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
+    const WatchdogForTest set(0.2, 3, "step 7");
     Watchdog& w = watchdog();
-    const double timeout = w.timeout();
-    w.set_timeout(0.2);
-    w.set_rank(3);
-    w.set_activity("step 7");
     const auto after = [](double seconds) {
         const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
         return [until] { return std::chrono::steady_clock::now() >= until; };
@@ -338,8 +349,6 @@ TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
                 "error: rank 3 on [^ ]+: NCCL reported an error, after [0-9]+\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7");
     w.remove_source(id);
     EXPECT_FALSE(aborted) << "a death test's abort happens in its own process";
-    w.set_timeout(timeout);
-    w.set_activity("");
 }
 
 // The watchdog's own thread: while the main thread is stopped where no wait polls (a kernel
@@ -347,11 +356,8 @@ TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
 // unfinished collective is older than the timeout ends the job with one line; a young one, or
 // none, does not.
 TEST(Watchdog, ItsThreadEndsTheJobWhenACollectiveOutlivesTheTimeout) {
+    const WatchdogForTest set(0.3, 2, "step 4");
     Watchdog& w = watchdog();
-    const double timeout = w.timeout();
-    w.set_timeout(0.3);
-    w.set_rank(2);
-    w.set_activity("step 4");
     const auto source = [](std::function<double()> oldest) {
         return Watchdog::Source{[] { return std::string(); }, [] { return std::string("an all-gather of 1.00 MiB among all ranks (2 rank(s))"); },
                                 [] {}, std::move(oldest)};
@@ -371,8 +377,6 @@ TEST(Watchdog, ItsThreadEndsTheJobWhenACollectiveOutlivesTheTimeout) {
         ::testing::ExitedWithCode(1),
         "error: rank 2 on [^ ]+: a collective queued [0-9]+\\.[0-9] s ago has not finished \\(in flight: an all-gather of 1\\.00 MiB among all ranks "
         "\\(2 rank\\(s\\)\\)\\), during step 4, more than --collective-timeout 0\\.3 allows");
-    w.set_timeout(timeout);
-    w.set_activity("");
 }
 
 TEST(OutlierDetector, ZScoreOverTheLast128Values) {

@@ -279,23 +279,20 @@ private:
             if (cudaEventQuery(it->second.done) == cudaErrorNotReady) return it;
         return launched_.end();
     }
-    static double seconds_ago(std::chrono::steady_clock::time_point t) {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-    }
     // that collective and how long ago it was queued ("" when none is unfinished)
     std::string in_flight() const {
         std::lock_guard<std::mutex> lock(mutex_);
         const auto it = oldest_unfinished_locked();
         if (it == launched_.end()) return "";
         char s[64];
-        snprintf(s, sizeof(s), ", queued %.0f s ago", seconds_ago(it->second.queued));
+        snprintf(s, sizeof(s), ", queued %.0f s ago", seconds_since(it->second.queued));
         return collective_words(it->second.kind, it->second.bytes, it->second.group, *this) + s;
     }
     // seconds since it was queued (0: none is unfinished)
     double oldest_unfinished() const {
         std::lock_guard<std::mutex> lock(mutex_);
         const auto it = oldest_unfinished_locked();
-        return it == launched_.end() ? 0.0 : seconds_ago(it->second.queued);
+        return it == launched_.end() ? 0.0 : seconds_since(it->second.queued);
     }
 
     cudaEvent_t take_event() {
