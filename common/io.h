@@ -18,15 +18,18 @@ inline void (*g_fatal_hook)(int code) = nullptr;
 
 // "error: " and the line, in one write: under mpirun, separate writes of several ranks can
 // interleave mid-line
-inline void say_error(const char* fmt, ...) {
+inline void say_error_v(const char* fmt, va_list args) {
     char line[1024];
-    va_list args;
-    va_start(args, fmt);
     vsnprintf(line, sizeof(line), fmt, args);
-    va_end(args);
     fprintf(stderr, "error: %s\n", line);
     fflush(stdout);
     fflush(stderr);
+}
+inline void say_error(const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    say_error_v(fmt, args);
+    va_end(args);
 }
 // the process ends, after its error was said: under MPI the hook ends every rank
 [[noreturn]] inline void end_process(int code) {
@@ -34,12 +37,10 @@ inline void say_error(const char* fmt, ...) {
     exit(code);
 }
 [[noreturn]] inline void fatal(int code, const char* fmt, ...) {
-    char line[1024];
     va_list args;
     va_start(args, fmt);
-    vsnprintf(line, sizeof(line), fmt, args);
+    say_error_v(fmt, args);
     va_end(args);
-    say_error("%s", line);
     end_process(code);
 }
 

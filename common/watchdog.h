@@ -72,8 +72,7 @@ public:
         bool any_watched = false;
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            for (size_t i = 0; i < sources_.size(); i++)
-                if (sources_[i].first == id) sources_.erase(sources_.begin() + i--);
+            sources_.erase(std::remove_if(sources_.begin(), sources_.end(), [id](const auto& s) { return s.first == id; }), sources_.end());
             for (const auto& s : sources_) any_watched |= static_cast<bool>(s.second.oldest_unfinished);
         }
         { std::lock_guard<std::mutex> asked(asking_); }  // the thread is no longer asking the removed source

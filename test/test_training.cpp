@@ -371,7 +371,7 @@ TEST(Watchdog, ItsThreadEndsTheJobWhenACollectiveOutlivesTheTimeout) {
     EXPECT_EXIT(
         {
             const auto queued = std::chrono::steady_clock::now();
-            w.add_source(source([queued] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count(); }));
+            w.add_source(source([queued] { return seconds_since(queued); }));
             std::this_thread::sleep_for(std::chrono::seconds(60));  // the main thread, blocked
         },
         ::testing::ExitedWithCode(1),
