@@ -40,6 +40,7 @@
 #include "train/outlier_detector.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
+#include "train/sharded_checkpoint.h"
 #include "train/state_file.h"
 #include "zero/comm.h"
 #include "zero/zero.h"
@@ -268,8 +269,11 @@ inline int accumulation_steps(long total_batch, int B, int T, int world) {
 // the flags and model that decide a rank's memory (train/memory_plan.h)
 // (shard_group: ranks per shard group, shard_group_ranks(); 0: one group)
 inline RunShape run_shape(const TrainConfig& cfg, const GPT2Config& mc, int B, int T, int world, int shard_group) {
+    GPT2Config unused;
+    const bool loads_file = !config_from_descriptor(cfg.init, &unused), saves = !cfg.output_dir.empty();
     return {mc, B, T, world, cfg.zero_stage, cfg.recompute, cfg.offload == "cpu", cfg.master_weights == 1, shard_group,
-            cfg.quantize_weights == "int8", cfg.quantize_grads == "int8", cfg.fp8 == "e4m3"};
+            cfg.quantize_weights == "int8", cfg.quantize_grads == "int8", cfg.fp8 == "e4m3", saves || loads_file,
+            saves && cfg.async_checkpoint == 1};
 }
 
 // ----------------------------------------------------------------------------
@@ -295,6 +299,8 @@ struct Run {
     std::unique_ptr<ShardGroups> shard_groups;  // --shard-group's communicators (null: one group)
     std::unique_ptr<Zero<Backend>> zero;        // after shard_groups: it holds a reference to them
     std::unique_ptr<GPT2<Backend>> model;  // after zero: it holds a reference to it
+    std::unique_ptr<CheckpointWriter<Backend>> checkpoints;  // after zero, likewise
+    RunShape shape;  // what decides this rank's memory
     LossSum<Backend> train_loss, eval_loss;  // kLossSums of them
     // a micro-step's forward and backward as a CUDA graph (--cuda-graph): one for a step's first
     // micro-step, whose gradients start from zero (cuBLASLt then writes the bias gradients), one for
@@ -325,7 +331,6 @@ struct Run {
             mkdir(dir.c_str(), 0755);
             remove_partial_writes(dir);
         }
-        std::vector<float> init;
         resume_step = agreed_resume_step(comm, cfg);
         if (cfg.resume && resume_step == 0 && prints_run) printf("-y 1: no complete checkpoint in %s, starting fresh\n", dir.c_str());
         // every rank asks for its node, whatever its flags, so that none waits in that collective
@@ -342,7 +347,6 @@ struct Run {
             if (shard_groups->replicas()) shard_groups->replicas()->warm_up();
         }
         size_memory();  // before the model's parameters take their memory
-        init = resolved.weights.empty() ? random_init(mc, (uint64_t)cfg.seed) : load_checkpoint(resolved.weights, &mc);
         if (cfg.warmup < 0) cfg.warmup = default_warmup(resolved.from_random, cfg.beta2);
         inputs.resize((size_t)B * T);
         targets.resize((size_t)B * T);
@@ -365,11 +369,12 @@ struct Run {
             if (!differs.empty()) fatal(2, "--gemm-algos %s: %s", cfg.gemm_algos.c_str(), differs.c_str());
             gemm_table_shapes = gemm_choices.algorithm.size();
         }
-        const RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
+        shape = run_shape(cfg, mc, B, T, world, shard_group);
         Backend::reserve(GPT2<Backend>::op_shapes(mc, B, T));
         zero = make_zero<Backend>(shape, comm, shard_groups.get());
-        zero->load(init.data());
-        init = std::vector<float>();
+        if (resolved.weights.empty()) zero->load(random_init(mc, (uint64_t)cfg.seed).data());
+        else load_params(*zero, comm, resolved.weights, mc);
+        checkpoints = std::make_unique<CheckpointWriter<Backend>>(comm, *zero, mc);
         model = make_model<Backend>(shape, *zero);
         if (resume_step > 0) restore_state(checkpoint_path(dir, "state", resume_step));
         print_setup();
@@ -383,7 +388,7 @@ struct Run {
         if (log) fclose(log);
     }
     // what this rank holds, by category, as its objects count it
-    MemoryUse memory() const { return memory_use(*zero, *model, Backend::memory()); }
+    MemoryUse memory() const { return memory_use(*zero, *model, Backend::memory(), shape); }
 
 private:
     // text samples need the tokenizer; without it (or with another vocabulary) there are none
@@ -419,7 +424,7 @@ private:
             B = shape.B;
         }
         const MemoryUse mine = plan(shape, rank);
-        const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging, available = host_memory_available();
+        const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging + mine.checkpoint, available = host_memory_available();
         if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
         if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::params_narrower_than_fp32)).c_str());
     }
@@ -433,10 +438,7 @@ private:
     }
 
     void restore_state(const std::string& path) {
-        OptimizerState state = read_state(path, resume_step, mc, zero->has_master_weights());
-        if (zero->has_master_weights() && state.master.empty())
-            fatal(1, "-y 1: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", resume_step);
-        zero->load_state(state.m.data(), state.v.data(), state.master.data());
+        const OptimizerState state = load_state(*zero, comm, path, resume_step, mc);
         sample_rng = state.sample_rng;
         train_data->restore(state.loader);
         if (!loss_z.restore(state.loss_z) || !grad_z.restore(state.grad_z)) fatal(1, "%s: outlier detector state out of range", path.c_str());
@@ -585,42 +587,23 @@ inline std::string bytes_said(const CommCounters& c) {
     return line;
 }
 
-// The slowest disk a checkpoint is written to that the watchdog allows for (a network file
-// system under load): the other ranks wait for rank 0's write that much longer than the timeout.
-constexpr double kSlowestDiskBytesPerSecond = 25e6;
-
 // The checkpoint after `step` updates: model_N.bin (fp32 from an fp32 build, bf16 from a bf16
-// one, as llm.c), state_N.bin (state brings everything but the optimizer's arrays), then DONE_N,
-// then the checkpoint -nk/-nm retire. A collective; rank 0 gathers and writes every file, so
-// DONE follows the whole checkpoint, and the log reaches it first; the others wait for it.
+// one, as llm.c), state_N.bin (everything else -y 1 needs), then DONE_N, then the checkpoint
+// -nk/-nm retire; every rank writes its own part (train/sharded_checkpoint.h), in the
+// background with --async-checkpoint. A collective; the log reaches the disk first.
 template <class Backend>
 void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
     watchdog().set_activity("the checkpoint after step " + std::to_string(step));
-    Zero<Backend>& zero = *run.zero;
-    const bool root = run.rank == 0;
     if (run.log) fflush(run.log);
-    std::vector<float> params(zero.plan().total());
-    zero.save(params.data());
-    OptimizerState state;
-    state.step = step;
-    state.sample_rng = sample_rng;
-    state.loader = run.train_data->state();
-    state.loss_z = run.loss_z.state();
-    state.grad_z = run.grad_z.state();
-    for (auto* x : {&state.m, &state.v}) x->resize(root ? params.size() : 0);
-    if (zero.has_master_weights()) state.master.resize(root ? params.size() : 0);
-    zero.save_state(state.m.data(), state.v.data(), state.master.data(), 0);
+    OptimizerState rest;  // the state but its arrays, which each rank writes its part of
+    rest.step = step;
+    rest.sample_rng = sample_rng;
+    rest.loader = run.train_data->state();
+    rest.loss_z = run.loss_z.state();
+    rest.grad_z = run.grad_z.state();
     const TrainConfig& cfg = run.cfg;
-    if (root) {
-        const std::string kept = checkpoint_kept(cfg.output_dir);  // said if a write fails
-        write_checkpoint(checkpoint_path(cfg.output_dir, "model", step), run.mc, params, checkpoint_version(sizeof(typename Backend::floatX)), kept);
-        write_state(checkpoint_path(cfg.output_dir, "state", step), state, kept);
-        write_done(cfg.output_dir, step, kept);
-        if (int old = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every))
-            remove_checkpoint(cfg.output_dir, old);
-    }
-    const double written = (double)params.size() * (sizeof(typename Backend::floatX) + (zero.has_master_weights() ? 12 : 8));
-    run.comm.barrier(written / kSlowestDiskBytesPerSecond);
+    const int retire = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every);
+    run.checkpoints->save(cfg.output_dir, step, rest, retire, cfg.async_checkpoint == 1);
 }
 
 // What a run says about its steps besides their records: each step's time and the step line
@@ -701,6 +684,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
         if (last) break;
 
         watchdog().set_activity("step " + std::to_string(step + 1));
+        run.checkpoints->poll();  // an async save's parts, all durable: it completes
         telemetry.before(step);
         records.push_back(train_step(run, step));
         telemetry.after(step, records.back());
@@ -710,6 +694,7 @@ std::vector<StepRecord> train(const TrainConfig& cfg, Communicator& comm, const 
             break;
         }
     }
+    run.checkpoints->finish();
     telemetry.finish();
     return records;
 }

@@ -70,6 +70,17 @@ inline void read_exact(void* buf, size_t bytes, FILE* f, const std::string& path
         fatal(1, "%s: truncated while reading %s (%zu bytes expected)", path.c_str(), what, bytes);
 }
 
+// `bytes` at `offset` of the open file fd (not its position: ranks read their own parts of one file)
+inline void pread_exact(int fd, void* buf, size_t bytes, size_t offset, const std::string& path, const char* what) {
+    for (size_t done = 0; done < bytes;) {
+        const ssize_t n = pread(fd, (char*)buf + done, bytes - done, (off_t)(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fatal(1, "%s: cannot read %s: %s", path.c_str(), what, strerror(errno));
+        if (n == 0) fatal(1, "%s: truncated while reading %s (%zu bytes expected at byte %zu)", path.c_str(), what, bytes, offset);
+        done += (size_t)n;
+    }
+}
+
 // a whole number in [lo, hi] written in decimal (strtol's syntax, nothing after it) into *out, or false
 inline bool parse_whole_number(const std::string& v, long lo, long hi, long* out) {
     char* end = nullptr;

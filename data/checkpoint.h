@@ -60,21 +60,25 @@ inline GPT2Config checkpoint_config(const std::string& path) {
     return c;
 }
 
+// Parameters [first, first + n) of the open checkpoint f, of `elem` bytes each
+// (read_checkpoint_header's) -> fp32 in out, which must be finite. `path` names the file in the
+// error (a rank reading its part says which it is).
+inline void read_params(FILE* f, const std::string& path, const GPT2Config& c, size_t elem, size_t first, size_t n, float* out) {
+    pread_exact(fileno(f), out, n * elem, kHeaderBytes + first * elem, path, "parameters");
+    if (elem == 2) {  // widened in place from the end, where no bf16 value is overwritten before it is read
+        const uint16_t* raw = (const uint16_t*)out;
+        for (size_t i = n; i-- > 0;) out[i] = bf16_bits_to_float(raw[i]);
+    }
+    const std::string bad = find_bad_value(out, first, n, c, false);
+    if (!bad.empty()) fatal(1, "%s: parameter %s; a model file must hold finite values (it comes from a run that diverged, or is damaged)", path.c_str(), bad.c_str());
+}
+
 inline std::vector<float> load_checkpoint(const std::string& path, GPT2Config* c) {
     FILE* f = open_file(path, "rb");
     const size_t elem = read_checkpoint_header(f, path, c);
-    const size_t total = ParamLayout(*c).total;
-    std::vector<float> params(total);
-    if (elem == 4) {
-        read_exact(params.data(), total * 4, f, path, "parameters");
-    } else {
-        std::vector<uint16_t> raw(total);
-        read_exact(raw.data(), total * 2, f, path, "parameters");
-        for (size_t i = 0; i < raw.size(); i++) params[i] = bf16_bits_to_float(raw[i]);
-    }
+    std::vector<float> params(ParamLayout(*c).total);
+    read_params(f, path, *c, elem, 0, params.size(), params.data());
     fclose(f);
-    const std::string bad = find_bad_value(params.data(), *c, false);
-    if (!bad.empty()) fatal(1, "%s: parameter %s; a model file must hold finite values (it comes from a run that diverged, or is damaged)", path.c_str(), bad.c_str());
     return params;
 }
 

@@ -56,13 +56,15 @@ struct ParamLayout {
     }
 };
 
-// Where the first value of x (a parameter-shaped array, ParamLayout's order) that is NaN or
-// infinite, or with `nonnegative` (Adam's v) below zero, sits, and what it is:
-// "h.1.mlp.c_fc.weight[904] (value 5000 of 7296) is nan". "" when there is none.
-inline std::string find_bad_value(const float* x, const GPT2Config& c, bool nonnegative) {
+// Where the first value of x (values [first, first + n) of a parameter-shaped array, in
+// ParamLayout's order) that is NaN or infinite, or with `nonnegative` (Adam's v) below zero,
+// sits, and what it is: "h.1.mlp.c_fc.weight[904] (value 5000 of 7296) is nan". "" when there
+// is none.
+inline std::string find_bad_value(const float* x, size_t first, size_t n, const GPT2Config& c, bool nonnegative) {
     const ParamLayout layout(c);
-    for (size_t i = 0; i < layout.total; i++) {
-        if (std::isfinite(x[i]) && !(nonnegative && x[i] < 0.0f)) continue;
+    for (size_t k = 0; k < n; k++) {
+        if (std::isfinite(x[k]) && !(nonnegative && x[k] < 0.0f)) continue;
+        const size_t i = first + k;
         int p = NUM_PARAM_TENSORS - 1;
         while (layout.offset[p] > i) p--;
         size_t at = i - layout.offset[p];
@@ -73,10 +75,14 @@ inline std::string find_bad_value(const float* x, const GPT2Config& c, bool nonn
             at %= per_layer;
         }
         char what[200];
-        snprintf(what, sizeof(what), "%s[%zu] (value %zu of %zu) is %g", name.c_str(), at, i, layout.total, x[i]);
+        snprintf(what, sizeof(what), "%s[%zu] (value %zu of %zu) is %g", name.c_str(), at, i, layout.total, x[k]);
         return what;
     }
     return "";
+}
+// ... of a whole array
+inline std::string find_bad_value(const float* x, const GPT2Config& c, bool nonnegative) {
+    return find_bad_value(x, 0, ParamLayout(c).total, c, nonnegative);
 }
 
 // A layer's tensors within its group, LN1W..FCPROJB in Param's order: in a layer's group,

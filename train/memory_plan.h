@@ -27,6 +27,7 @@
 #include "../zero/offload.h"  // host_memory_available
 #include "../zero/zero.h"
 #include "loss_sum.h"
+#include "sharded_checkpoint.h"
 
 // what decides a rank's memory
 struct RunShape {
@@ -36,6 +37,8 @@ struct RunShape {
     int shard_group = 0;  // ranks per shard group (--shard-group); 0: one group of all ranks
     bool quantize_weights = false, quantize_grads = false;  // their buffers (zero/zero.h)
     bool fp8 = false;  // --fp8: the casts' buffers (kernels/fp8_scaling.h)
+    bool checkpoint_io = false;     // the run saves checkpoints (-o) or loads one: their staging buffer
+    bool async_checkpoint = false;  // --async-checkpoint: the host copy of the rank's part
 };
 
 // the bytes one rank holds, by category
@@ -44,6 +47,7 @@ struct MemoryUse {
     size_t activations = 0, scratch = 0;  // the model's
     size_t fp8 = 0;                       // the model's with --fp8: its casts' copies and scales
     size_t loss_sums = 0;                 // the run's loss accumulators (training, evaluation)
+    size_t checkpoint = 0;                // host: checkpoints' staging, an async save's part (train/sharded_checkpoint.h)
     BackendMemory backend;                // the context's buffers, kernel scratch; pinned uploads
     // a plan's only: device bytes allocated but in no category above (the tests see none), and
     // how many device allocations there are
@@ -74,6 +78,7 @@ inline std::vector<MemoryCategory> memory_categories(const MemoryUse& m) {
             {"unnamed", m.unnamed, false, S::WhenHeld},
             {"optimizer", m.zero.host_optimizer, true, S::WhenHeld},
             {"staging", m.zero.host_staging, true, S::WhenHeld},
+            {"checkpoint", m.checkpoint, true, S::WhenHeld},
             {"pinned uploads", m.backend.pinned_uploads, true, S::WhenHeld}};
 }
 inline size_t memory_total(const MemoryUse& m, bool host) {
@@ -174,8 +179,9 @@ std::unique_ptr<GPT2<Backend>> make_model(const RunShape& s, Zero<Backend>& zero
 constexpr int kLossSums = 2;  // a run's: the training loss's and the evaluations'
 // what a rank holds, by category, as the objects holding it count it
 template <class Backend>
-MemoryUse memory_use(const Zero<Backend>& zero, const GPT2<Backend>& model, const BackendMemory& backend) {
+MemoryUse memory_use(const Zero<Backend>& zero, const GPT2<Backend>& model, const BackendMemory& backend, const RunShape& shape) {
     MemoryUse m;
+    m.checkpoint = checkpoint_host_bytes(zero, shape.checkpoint_io, shape.async_checkpoint);
     m.zero = zero.memory();
     m.activations = model.activation_bytes();
     m.scratch = model.scratch_bytes();
@@ -197,7 +203,7 @@ MemoryUse plan_memory(const RunShape& shape, int rank) {
     std::unique_ptr<Zero<Counting>> zero = make_zero<Counting>(shape, comm);
     std::unique_ptr<GPT2<Counting>> model = make_model<Counting>(shape, *zero);
     LossSum<Counting> loss_sums[kLossSums];
-    MemoryUse m = memory_use(*zero, *model, Backend::planned_memory(GPT2<Backend>::op_shapes(shape.model, shape.B, shape.T)));
+    MemoryUse m = memory_use(*zero, *model, Backend::planned_memory(GPT2<Backend>::op_shapes(shape.model, shape.B, shape.T)), shape);
     m.unnamed = Counting::device_bytes - (memory_total(m, false) - m.backend.context - m.backend.kernel_scratch);
     m.device_allocations = Counting::device_allocations + m.backend.device_allocations;
     return m;

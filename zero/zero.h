@@ -124,6 +124,13 @@ struct ZeroOptions {
     const ShardGroups* shard_groups = nullptr;
 };
 
+// a checkpoint's arrays, each in the flat layout of every parameter (master: where the state has them)
+enum class CheckpointArray { Params, AdamM, AdamV, Master };
+// a run of the flat layout a rank owns: [flat, flat + n) is [shard, shard + n) of its shard
+struct CheckpointRun {
+    size_t flat, shard, n;
+};
+
 template <class Backend>
 class Zero {
 public:
@@ -226,55 +233,43 @@ public:
     // them, never quantized); a collective at stage 3
     void save(float* host) { download_params(host, Gather::Exact); }
 
-    // Optimizer state in the flat, unsharded layout (so any stage and world size can take it
-    // back): Adam's m and v, and the fp32 master weights where they are part of the state (else
-    // `master` is left alone). The same with or without offload. A collective; only `root`
-    // receives.
-    void save_state(float* m, float* v, float* master, int root) {
-        if (!shard_groups_.holds(root)) return;  // the other groups hold the same shards again
-        const int N = plan_.world();
-        const size_t S = plan_.shard_size();
-        const bool is_root = shard_groups_.world().rank() == root;
-        root %= comm_.world();  // in the group
-        std::vector<float> shard(host_ ? 0 : S), rows(is_root && N > 1 ? (size_t)N * S : 0);
-        auto gather = [&](const float* device_shard, const float* host_shard, float* out) {
-            const float* mine = host_shard;
-            if (host_ == nullptr) {
-                if (device_shard == nullptr) return;
-                Backend::to_host(shard.data(), device_shard, S * sizeof(float));
-                mine = shard.data();
-            }
-            const float* all = mine;  // one shard (stage 0): every rank holds all of it
-            if (N > 1) {
-                comm_.gather_host(mine, rows.data(), S * sizeof(float), root);
-                all = rows.data();
-            }
-            if (!is_root) return;
-            for (int g = 0; g < plan_.num_groups(); g++)
-                for (const auto& t : plan_.group(g).tensors)
-                    for (int r = 0; r < N; r++)
-                        std::copy_n(all + (size_t)r * S + t.shard_offset, PartitionPlan::unpadded(t, r),
-                                    out + t.slice.offset + (size_t)r * t.chunk);
-        };
-        gather(adam_m_, host_ ? host_->m() : nullptr, m);
-        gather(adam_v_, host_ ? host_->v() : nullptr, v);
-        if (master_in_state_) gather(master_, host_ ? host_->master() : nullptr, master);
-    }
-    // the inverse: every rank takes its chunks of the flat state (without master weights in the
-    // state, an offloaded run keeps the master load() made from the parameters)
-    void load_state(const float* m, const float* v, const float* master) {
+    // ---- checkpoints. A checkpoint holds each of its arrays (CheckpointArray) in the flat,
+    // unsharded layout, so that any stage and world size can take it back; each rank saves and
+    // loads its own runs of it (owned_runs()), through a host buffer of the caller's size.
+    // this rank's chunk of every tensor: [flat, flat + n) of the layout is [shard, shard + n) of its shard
+    std::vector<CheckpointRun> owned_runs() const {
+        std::vector<CheckpointRun> runs;
         for_each_owned([&](const PartitionPlan::Tensor& t, size_t len) {
-            const size_t at = t.slice.offset + (size_t)rank_ * t.chunk, bytes = len * sizeof(float);
-            if (host_) {
-                std::copy_n(m + at, len, host_->m() + t.shard_offset);
-                std::copy_n(v + at, len, host_->v() + t.shard_offset);
-                if (master_in_state_) std::copy_n(master + at, len, host_->master() + t.shard_offset);
-                return;
-            }
-            Backend::from_host(adam_m_ + t.shard_offset, m + at, bytes);
-            Backend::from_host(adam_v_ + t.shard_offset, v + at, bytes);
-            if (master_ != nullptr) Backend::from_host(master_ + t.shard_offset, master + at, bytes);
+            runs.push_back({t.slice.offset + (size_t)rank_ * t.chunk, t.shard_offset, len});
         });
+        return runs;
+    }
+    // whether this rank writes its runs at a save: one rank per part (the first shard group's;
+    // at stage 0, where every rank holds everything, world rank 0)
+    bool saves_its_runs() const { return shard_groups_.holds(0) && (policy_.shards_optimizer || shard_groups_.world().rank() == 0); }
+    // elements [from, from + n) of run r of array a -> fp32 on the host (the shards as the
+    // optimizer holds them, never quantized)
+    void copy_out(CheckpointArray a, const CheckpointRun& r, size_t from, size_t n, float* host) {
+        if (a == CheckpointArray::Params) return Backend::download_fp32(host, param_at(r) + from, n);
+        if (float* h = host_state(a)) std::copy_n(h + r.shard + from, n, host);
+        else Backend::to_host(host, device_state(a) + r.shard + from, n * sizeof(float));
+    }
+    // ... and back. Parameters set the master weights too (as load() does: the state's, where it
+    // has them, come after); once every run's parameters are in, finish_loading_params().
+    void copy_in(CheckpointArray a, const CheckpointRun& r, size_t from, size_t n, const float* host) {
+        if (a == CheckpointArray::Params) {
+            Backend::upload_fp32(param_at(r) + from, host, n);
+            if (!master_in_state_ && !host_) return;
+            a = CheckpointArray::Master;
+        }
+        if (float* h = host_state(a)) std::copy_n(host, n, h + r.shard + from);
+        else Backend::from_host(device_state(a) + r.shard + from, host, n * sizeof(float));
+    }
+    // stages 1-2: every rank's chunks gathered into the full parameters; a collective
+    void finish_loading_params() {
+        for (int g = 0; g < plan_.num_groups() && policy_.gathers_after_update(); g++) start_gather_updated(g);
+        for (Slot& slot : slots_) finish_gather_updated(slot);
+        invalidate_slots();
     }
 
     // Parameters of group g, ready for the kernels. At stage 3 this all-gathers them unless the
@@ -646,6 +641,13 @@ private:
         if (policy_.shards_params) return params_shard_ + t.shard_offset;
         return params_full_ + t.slice.offset + (size_t)rank_ * t.chunk;
     }
+    floatX* param_at(const CheckpointRun& r) const { return policy_.shards_params ? params_shard_ + r.shard : params_full_ + r.flat; }
+    // where array a (m, v, master) is held: on the host when offloaded (else null), else in backend memory
+    float* host_state(CheckpointArray a) const {
+        if (!host_) return nullptr;
+        return a == CheckpointArray::AdamM ? host_->m() : a == CheckpointArray::AdamV ? host_->v() : host_->master();
+    }
+    float* device_state(CheckpointArray a) const { return a == CheckpointArray::AdamM ? adam_m_ : a == CheckpointArray::AdamV ? adam_v_ : master_; }
     // each group's entries [first, end) in the optimizer's table (one per tensor with a piece here)
     std::vector<std::pair<int, int>> table_entries_per_group() const {
         std::vector<std::pair<int, int>> ranges;
@@ -658,7 +660,7 @@ private:
         return ranges;
     }
     template <class F>
-    void for_each_owned(F f) {
+    void for_each_owned(F f) const {
         for (int g = 0; g < plan_.num_groups(); g++)
             for (const auto& t : plan_.group(g).tensors) {
                 size_t len = PartitionPlan::unpadded(t, rank_);
