@@ -41,6 +41,7 @@ struct TrainConfig {
     int gen_len = 64;
     int overfit = 0;
     int checkpoint_every = 0;
+    int async_checkpoint = 0;
     int checkpoints_keep = 0;   // 0: keep all
     int major_every = 0;        // checkpoints at multiples of this are never deleted (0: none are major)
     int resume = 0;
@@ -116,6 +117,7 @@ static const Flag kFlags[] = {
     {"-g", "--gen-len", 'i', FIELD(gen_len), 1, 1 << 20, "tokens per sample"},
     {"-a", "--overfit", 'i', FIELD(overfit), 0, 1, "1: train on the first batch only"},
     {"-n", "--checkpoint-every", 'i', FIELD(checkpoint_every), 0, 1e9, "checkpoint every N steps (0: only at the end)"},
+    {"", "--async-checkpoint", 'i', FIELD(async_checkpoint), 0, 1, "1: each rank writes its part of a checkpoint in the background while training goes on (it holds a host copy of the part)"},
     {"-nk", "--checkpoints-keep", 'i', FIELD(checkpoints_keep), 0, 1e9, "keep the last N checkpoints, deleting older ones (0: keep all)"},
     {"-nm", "--major-every", 'i', FIELD(major_every), 0, 1e9, "checkpoints at multiples of N steps are never deleted (0: none)"},
     {"-y", "--resume", 'i', FIELD(resume), 0, 1, "1: continue from the latest checkpoint in the output directory, if any"},
