@@ -1,9 +1,11 @@
-// LD_PRELOAD shim for test/test_durable_checkpoints.sh: writes one line per fopen, fsync,
-// fdatasync and rename of a path under $SYNC_TRACE_DIR to $SYNC_TRACE_LOG, in the order of the
-// calls ("fopen PATH MODE", "fsync PATH [SIZE]", "rename FROM TO"; an fsync names its file or
-// directory as /proc/self/fd shows it, and a file's size then), then does the call.
+// LD_PRELOAD shim for test/test_durable_checkpoints.sh: writes one line per fopen, open that
+// creates, fsync, fdatasync and rename of a path under $SYNC_TRACE_DIR to $SYNC_TRACE_LOG, in the
+// order of the calls ("fopen PATH MODE", "create PATH", "fsync PATH [SIZE]", "rename FROM TO"; an
+// fsync names its file or directory as /proc/self/fd shows it, and a file's size then), then
+// does the call.
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,7 @@ static void note_fd(const char* call, int fd) {
 }
 
 typedef FILE* (*fopen_fn)(const char*, const char*);
+typedef int (*open_fn)(const char*, int, ...);
 typedef int (*sync_fn)(int);
 typedef int (*rename_fn)(const char*, const char*);
 
@@ -47,6 +50,27 @@ FILE* fopen(const char* path, const char* mode) {
 FILE* fopen64(const char* path, const char* mode) {
     note("fopen", path, mode);
     return ((fopen_fn)dlsym(RTLD_NEXT, "fopen64"))(path, mode);
+}
+
+// open's mode is there only with O_CREAT
+static int traced_open(const char* name, const char* path, int flags, va_list args) {
+    const mode_t mode = (flags & O_CREAT) ? va_arg(args, mode_t) : 0;
+    if (flags & O_CREAT) note("create", path, NULL);
+    return ((open_fn)dlsym(RTLD_NEXT, name))(path, flags, mode);
+}
+int open(const char* path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    const int fd = traced_open("open", path, flags, args);
+    va_end(args);
+    return fd;
+}
+int open64(const char* path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    const int fd = traced_open("open64", path, flags, args);
+    va_end(args);
+    return fd;
 }
 
 int fsync(int fd) {

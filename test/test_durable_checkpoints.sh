@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints survive a crash of the machine, and a full disk says why and keeps the last one.
-# 1. The order of the calls (test/sync_trace.c, preloaded, logs them): each file of a checkpoint
-#    is written to NAME.tmp, synced holding all its bytes (none left in a stdio buffer), renamed,
-#    and the directory synced; DONE_N comes after both files of step N are durable, and is made
+# 1. The order of the calls (test/sync_trace.c, preloaded, logs them): both files of a checkpoint
+#    are made as NAME.tmp, synced holding all their bytes (none left in a buffer), renamed, and
+#    the directory synced; DONE_N comes after both files of step N are durable, and is made
 #    durable the same way.
 # 2. A disk that fills up (a small tmpfs; mounting one needs root, which CI has) at the second
 #    checkpoint: exit 1 with one line saying what the system said and which checkpoint is intact;
@@ -27,11 +27,12 @@ SYNC_TRACE_DIR=$dir/run SYNC_TRACE_LOG=$dir/trace LD_PRELOAD=$dir/sync_trace.so 
     ./train_gpt "${TINY[@]}" -x 4 -n 2 -o "$dir/run" >"$dir/out" 2>&1 || fail "traced run exited $?"
 expected=""
 for step in 00000002 00000004; do
-    for name in model_$step.bin state_$step.bin DONE_$step; do
-        f=$dir/run/$name
-        # the size the file has at its fsync is its final size: every byte was written before it
-        expected+="fopen $f.tmp wb"$'\n'"fsync $f.tmp $(stat -c %s "$f")"$'\n'"rename $f.tmp $f"$'\n'"fsync $dir/run"$'\n'
-    done
+    model=$dir/run/model_$step.bin state=$dir/run/state_$step.bin done=$dir/run/DONE_$step
+    # the size a file has at its fsync is its final size: every byte was written before it
+    expected+="create $model.tmp"$'\n'"create $state.tmp"$'\n'
+    expected+="fsync $model.tmp $(stat -c %s "$model")"$'\n'"fsync $state.tmp $(stat -c %s "$state")"$'\n'
+    expected+="rename $model.tmp $model"$'\n'"rename $state.tmp $state"$'\n'"fsync $dir/run"$'\n'
+    expected+="fopen $done.tmp wb"$'\n'"fsync $done.tmp 0"$'\n'"rename $done.tmp $done"$'\n'"fsync $dir/run"$'\n'
 done
 actual=$(grep -v "^fopen $dir/run/main.log " "$dir/trace")
 [ "$actual" = "${expected%$'\n'}" ] || fail "calls in this order expected:
@@ -48,7 +49,7 @@ mkdir -p "$mnt" && mount -t tmpfs -o size=6m tmpfs "$mnt" || fail "cannot mount 
 code=$?
 [ $code -eq 1 ] || fail "a full disk: exit code $code, expected 1"
 [ "$(wc -l <"$dir/out")" -eq 1 ] || fail "a full disk: $(wc -l <"$dir/out") lines on stderr, expected 1"
-grep -qE "^error: $mnt/run/(model|state)_00000004\.bin\.tmp: write failed: No space left on device; the checkpoint of step 2 is intact$" "$dir/out" ||
+grep -qE "^error: rank 0: $mnt/run/(model|state)_00000004\.bin\.tmp: write failed: No space left on device; the checkpoint of step 2 is intact$" "$dir/out" ||
     fail "a full disk: the line must say what the system said and what was kept"
 for f in model_00000002.bin state_00000002.bin; do
     cmp -s "$dir/reference/$f" "$mnt/run/$f" || fail "a full disk: $f is not what the run wrote at step 2"

@@ -229,8 +229,12 @@ private:
         thread_error_ = error.empty() ? closed : error;
         done_ = true;
     }
+    // a failed write ends the job, first giving the files' space back (the others' writes to
+    // them, under way, then go nowhere)
     void report(const std::string& error) const {
-        if (!error.empty()) fatal(1, "rank %d: %s; %s", comm_.rank(), error.c_str(), kept_.c_str());
+        if (error.empty()) return;
+        for (const PartFile& f : files_) remove(f.path.c_str());
+        fatal(1, "rank %d: %s; %s", comm_.rank(), error.c_str(), kept_.c_str());
     }
     void report_thread_error() {
         if (done_ && !thread_error_.empty()) {
