@@ -47,7 +47,7 @@ EOF
 code=$?
 [ $code -eq 1 ] || fail "NaN parameter: exit code $code, expected 1"
 [ "$(wc -l <"$dir/out")" -eq 1 ] &&
-    grep -qE "^error: $dir/nan.bin: parameter h\.1\.mlp\.c_fc\.weight\[904\] \(value [0-9]+ of [0-9]+\) is nan; " "$dir/out" ||
+    grep -qE "^error: rank 0: $dir/nan.bin: parameter h\.1\.mlp\.c_fc\.weight\[904\] \(value [0-9]+ of [0-9]+\) is nan; " "$dir/out" ||
     fail "NaN parameter: one line naming the tensor and index expected"
 
 # 2. overflowing activations, resumed from the good checkpoint (the state is the good run's)
