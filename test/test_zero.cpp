@@ -342,6 +342,98 @@ TEST_P(ZeroStage, ResumesAtAnotherStage) {
     if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + cfg.output_dir).c_str());
 }
 
+// A checkpoint that another layout (world size, stage, shard group, offload) reads back and at
+// once writes again is the very file it read: each rank reads only its own runs and writes only
+// its own, and nothing is lost in between. Also the files one process writes whole (as the
+// trainer's rank 0 did before every rank wrote its part, and a checkpoint of that time is) are
+// these very files.
+struct CheckpointLayoutCase {
+    int world, stage;
+    const char* shard_group;
+    const char* offload;
+};
+std::string layout_said(const CheckpointLayoutCase& l) {
+    return std::to_string(l.world) + " rank(s) -z " + std::to_string(l.stage) + " --shard-group " + l.shard_group + " --offload " + l.offload;
+}
+TrainConfig layout_config(const CheckpointLayoutCase& l, int source_world) {
+    TrainConfig cfg = config(l.stage, kAccum * source_world / l.world, l.world);
+    cfg.shard_group = l.shard_group;
+    cfg.offload = l.offload;
+    cfg.max_steps = 3;
+    return cfg;
+}
+// ranks [0, l.world) load the checkpoint of step 3 in `from` as layout l and save it at once in `to`
+void load_and_save_again(const CheckpointLayoutCase& l, int source_world, const std::string& from, const std::string& to) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < l.world ? 0 : MPI_UNDEFINED, rank, &sub);
+    if (sub != MPI_COMM_NULL) {
+        {
+            const std::unique_ptr<Communicator> comm = make_comm(sub);
+            TrainConfig cfg = layout_config(l, source_world);
+            cfg.output_dir = from;
+            cfg.resume = 1;
+            Run<TestBackend> run(cfg, *comm);
+            run.cfg.output_dir = to;
+            if (rank == 0) mkdir(to.c_str(), 0755);
+            comm->barrier();
+            save_checkpoint(run, run.resume_step, run.sample_rng);
+            run.checkpoints->finish();
+        }
+        MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+// rank 0: whether both files of step 3 in a and b are the same bytes (and are there)
+int checkpoints_differ(const std::string& a, const std::string& b) {
+    int bad = 0;
+    for (const char* kind : {"model", "state"}) {
+        const std::vector<char> x = read_bytes(checkpoint_path(a, kind, 3)), y = read_bytes(checkpoint_path(b, kind, 3));
+        bad += x.empty() || x != y;
+    }
+    return bad;
+}
+TEST(CheckpointLayouts, ReadBackByAnotherLayoutAndWrittenAgainTheSameBytes) {
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
+    const int N = comm.world();
+    // the source: every rank, stage 3, in groups where there are several, offloaded on odd worlds
+    const CheckpointLayoutCase source{N, 3, N >= 4 ? "2" : N == 2 ? "1" : "all", N % 2 == 1 ? "cpu" : "none"};
+    // 4 -> 2 at stage 1, shard groups -> none; 3 -> 1; offload on -> off and off -> on; stage 3 -> 0
+    std::vector<CheckpointLayoutCase> targets = {{std::max(1, N / 2), 1, "all", N % 2 == 1 ? "none" : "cpu"}, {1, 0, "all", "none"}};
+    if (N == 3) targets.push_back({1, 2, "all", "cpu"});
+    if (N >= 2) targets.push_back({N, 2, "all", "none"});
+    const std::string dir = g_data_dir + "/layouts";
+    TrainConfig cfg = layout_config(source, N);
+    cfg.output_dir = dir + "/source";
+    if (comm.rank() == 0) mkdir(dir.c_str(), 0755);
+    train<TestBackend>(cfg, comm);
+    comm.barrier();
+    int bad = 0;
+    for (size_t i = 0; i < targets.size(); i++) {
+        const std::string again = dir + "/again_" + std::to_string(i);
+        load_and_save_again(targets[i], N, cfg.output_dir, again);
+        const int differ = comm.rank() == 0 ? checkpoints_differ(cfg.output_dir, again) : 0;
+        EXPECT_EQ(failures_everywhere(differ), 0) << layout_said(source) << " read back and written again by " << layout_said(targets[i]);
+        bad += differ;
+    }
+    // the files one process writes whole, from the arrays one process reads whole, are these files
+    if (comm.rank() == 0) {
+        GPT2Config c;
+        const std::string whole = dir + "/whole";
+        mkdir(whole.c_str(), 0755);
+        write_checkpoint(checkpoint_path(whole, "model", 3), c, load_checkpoint(checkpoint_path(cfg.output_dir, "model", 3), &c),
+                         checkpoint_version(sizeof(TestBackend::floatX)));
+        write_state(checkpoint_path(whole, "state", 3), read_state(checkpoint_path(cfg.output_dir, "state", 3), 3, c, true));
+        write_done(whole, 3);
+        bad += checkpoints_differ(cfg.output_dir, whole);
+    }
+    EXPECT_EQ(failures_everywhere(bad), 0) << "the files written by one process differ from the ranks' parts";
+    comm.barrier();
+    if (comm.rank() == 0) [[maybe_unused]] int rc = system(("rm -rf " + dir).c_str());
+}
+
 // Reducing each group as soon as its backward is done (the last micro-step's, at stages 0-1)
 // must give the very bits of reducing everything after the whole backward: a group whose
 // reduction started before all its gradients were in would lose the later ones. Stages 2-3
