@@ -364,6 +364,9 @@ struct Run {
         check_model_and_data_agree(comm, mc, *train_data, tokenizer != nullptr, cfg.gemm_algos.empty() ? "" : format_gemm_choices(gemm_choices));
         // the ranks agree on the flags: what they ask is said once, if it cannot be done
         if (!resolved.zero_flags_error.empty()) usage_error_everywhere(comm, resolved.zero_flags_error);
+        if (resume_step > max_steps)
+            usage_error_everywhere(comm, "-y 1: the latest checkpoint in " + dir + " is of step " + std::to_string(resume_step) + ", past this run's " +
+                                             std::to_string(max_steps) + " steps; give -x " + std::to_string(resume_step) + " or more, or another -o");
         if (!cfg.gemm_algos.empty()) {  // before the first GEMM
             const std::string differs = Backend::use_gemm_choices(gemm_choices);
             if (!differs.empty()) fatal(2, "--gemm-algos %s: %s", cfg.gemm_algos.c_str(), differs.c_str());

@@ -77,6 +77,7 @@ run_check "README and docs/: every link resolves, the flags table lists --help's
 run_check "run_tiny.sh: killed once, resumes to the same final checkpoint" bash test/test_run_tiny.sh
 run_check "diverged runs: NaN parameter refused, exit 3 keeping the checkpoints, resume_loop.sh stops on 3 and 2" bash test/test_divergence.sh
 run_check "checkpoints synced before rename and DONE, a full disk says why and keeps the last one" bash test/test_durable_checkpoints.sh
+run_check "checkpoints by every rank: d12 on 4 ranks saves and loads in its share of memory and reads, async the same files, a rank killed mid-save resumes bit-exact" bash test/test_sharded_checkpoints.sh
 run_check "run_gpt2_*.sh: prepare the data, HellaSwag and tokenizer their flags use" bash test/test_run_scripts.sh
 run_check "prerequisites: installs what is missing, nothing when all is there" bash test/test_prerequisites.sh
 run_check "make data in a fresh clone, offline: one line saying what to do, or made from SHARED" bash test/test_make_data.sh

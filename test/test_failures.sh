@@ -15,6 +15,12 @@ rc=$?
 grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the mismatch"
 grep -q "rank 0: another rank's flags, model or data differ" "$out" || fail "rank 0 did not report the mismatch"
 
+# ... also when a float flag differs past its 6th digit (every bit of it counts)
+timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -l 0.0003 : -np 1 ./train_gpt "${ARGS[@]}" -l 0.0003000001 >"$out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "-l mismatch past the 6th digit: exit code $rc (124 means it hung)"
+grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report -l 0.0003000001 against 0.0003"
+
 # ... also when a flag decides a collective of its own (-b auto's agreement on B): compared before it
 timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -b auto : -np 1 ./train_gpt "${ARGS[@]}" -b 2 >"$out" 2>&1
 rc=$?
@@ -66,16 +72,20 @@ dir=$(mktemp -d)
 tg=$PWD/train_gpt
 DATA=(-i "$PWD/data/tinyshakespeare/tiny_shakespeare_train.bin" -j "$PWD/data/tinyshakespeare/tiny_shakespeare_val.bin")
 RESUME=(-e L=1,NH=2,C=32 -b 2 -t 16 -v 0 -s 0 "${DATA[@]}" -o out -n 3)
-mkdir -p "$dir/a" "$dir/b" "$dir/c" "$dir/shared"
+mkdir -p "$dir/a" "$dir/b" "$dir/c" "$dir/d" "$dir/shared"
 (cd "$dir/a" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 6 >"$out" 2>&1) || fail "the 2-rank run to resume from exited $?"
 (cd "$dir/c" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 3 >"$out" 2>&1) || fail "the older 2-rank run exited $?"
 cp -r "$dir/a/out" "$dir/shared/out"
-for other in b c; do  # rank 1's -o: empty, or holding an older checkpoint (step 3)
+cp -r "$dir/a/out" "$dir/d/out"
+rm "$dir/d/out/state_00000006.bin"
+for other in b c d; do  # rank 1's -o: empty, holding an older checkpoint (step 3), or step 6's model without its state
+    file=model
+    [ $other = d ] && file=state
     timeout 60 mpirun -np 1 --wdir "$dir/shared" "$tg" "${RESUME[@]}" -x 8 -y 1 : -np 1 --wdir "$dir/$other" "$tg" "${RESUME[@]}" -x 8 -y 1 >"$out" 2>&1
     rc=$?
     [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "-y 1, rank 1's -o in $other: exit code $rc (124 means it hung)"
-    grep -q "^error: -y 1: rank 1 on [^ ]* cannot read out/model_00000006.bin (No such file or directory), the checkpoint of step 6 that rank 0 resumes from; -y 1 needs the output directory (-o) on a file system every rank reads$" "$out" ||
-        fail "-y 1, rank 1's -o in $other: no line naming rank 1 and the checkpoint it cannot read"
+    grep -q "^error: -y 1: rank 1 on [^ ]* cannot read out/${file}_00000006.bin (No such file or directory), the checkpoint of step 6 that rank 0 resumes from; -y 1 needs the output directory (-o) on a file system every rank reads$" "$out" ||
+        fail "-y 1, rank 1's -o in $other: no line naming rank 1 and the ${file} file it cannot read"
     grep -q "^step " "$out" && fail "-y 1, rank 1's -o in $other: trained before stopping"
 done
 # the same directory seen by both (a shared file system): both resume at step 6, as one run would
@@ -85,7 +95,14 @@ timeout 60 mpirun -np 1 --wdir "$dir/shared" "$tg" "${RESUME[@]}" -x 8 -y 1 : -n
 grep -q "^resuming from step 6 of out" "$out" && grep -q "^step    8/8" "$out" || fail "-y 1 from a shared -o: did not resume at step 6"
 (cd "$dir/a" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 8 -y 1 >"$out" 2>&1) || fail "-y 1 in one directory exited $?"
 cmp -s "$dir/a/out/model_00000008.bin" "$dir/shared/out/model_00000008.bin" || fail "-y 1 from a shared -o: a model other than one directory's resume"
+# a checkpoint past the run's last step (-x): one line, exit 2, no step taken (llm.c's loop would run on for good)
+(cd "$dir/a" && timeout 60 mpirun -np 2 --oversubscribe "$tg" "${RESUME[@]}" -x 5 -y 1 >"$out" 2>&1)
+rc=$?
+[ $rc -eq 2 ] || fail "-y 1 from step 8 with -x 5: exit code $rc, expected 2 (124 means it hung)"
+grep -q "^error: -y 1: the latest checkpoint in out is of step 8, past this run's 5 steps; give -x 8 or more, or another -o$" "$out" ||
+    fail "-y 1 from step 8 with -x 5: no line saying the checkpoint is past the run's steps"
+grep -q "^step " "$out" && fail "-y 1 from step 8 with -x 5: trained"
 rm -rf "$dir"
 
 rm -f "$out"
-echo "ok: mismatch, missing data, a killed rank and ranks that cannot read rank 0's checkpoint all end the job"
+echo "ok: mismatch, missing data, a killed rank, ranks that cannot read rank 0's checkpoint and a checkpoint past -x all end the job"
