@@ -1,10 +1,13 @@
 // train_gpt's run on the CPU backend, with one rank made to fail on purpose, for
-// test/test_watchdog.sh. It takes train_gpt's flags and three more:
-//   --fault-rank R --fault-during ACTIVITY --fault stall|exit
+// test/test_watchdog.sh. It takes train_gpt's flags and these:
+//   --fault-rank R --fault-during ACTIVITY --fault stall|exit|delay [--fault-seconds S]
+//   [--disk-bytes-per-second D]
 // Rank R, at its first collective or host exchange while the run is in ACTIVITY (the start of
 // the watchdog's activity: "step 3", "the checkpoint", "the evaluations"; common/watchdog.h),
-// stops there for good (stall: as a process stopped, or hung in a driver) or ends at once
-// without a word (exit: as one that crashed).
+// stops there for good (stall: as a process stopped, or hung in a driver), ends at once
+// without a word (exit: as one that crashed), or goes on after S seconds (delay: as one slow at
+// its work, a checkpoint's part on a slow disk). D: the slowest disk the checkpoint's allowance
+// assumes (train/sharded_checkpoint.h), so that a test can make the allowance a few seconds.
 #define TESTING
 #include <mpi.h>
 
@@ -15,6 +18,7 @@
 struct Fault {
     int rank = -1;
     std::string during, kind;
+    double seconds = 0;
 };
 
 class FaultyComm : public ForwardingComm {
@@ -67,6 +71,11 @@ private:
         if (world_rank() != fault_.rank) return;
         if (watchdog().activity().compare(0, fault_.during.size(), fault_.during) != 0) return;
         if (fault_.kind == "exit") _exit(9);
+        if (fault_.kind == "delay") {
+            fault_.rank = -1;  // once
+            std::this_thread::sleep_for(std::chrono::duration<double>(fault_.seconds));
+            return;
+        }
         for (;;) pause();  // stall
     }
     static int world_rank() {
@@ -82,17 +91,21 @@ int main(int argc, char** argv) {
     std::vector<char*> rest = {argv[0]};
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if ((a == "--fault-rank" || a == "--fault-during" || a == "--fault") && i + 1 < argc) {
+        if ((a == "--fault-rank" || a == "--fault-during" || a == "--fault" || a == "--fault-seconds" || a == "--disk-bytes-per-second") && i + 1 < argc) {
             const char* v = argv[++i];
             if (a == "--fault-rank") fault.rank = atoi(v);
             else if (a == "--fault-during") fault.during = v;
+            else if (a == "--fault-seconds") fault.seconds = atof(v);
+            else if (a == "--disk-bytes-per-second") g_slowest_disk_bytes_per_second = atof(v);
             else fault.kind = v;
         } else {
             rest.push_back(argv[i]);
         }
     }
-    if (fault.rank < 0 || fault.during.empty() || (fault.kind != "stall" && fault.kind != "exit"))
-        fatal(2, "usage: fault_job --fault-rank R --fault-during ACTIVITY --fault stall|exit [train_gpt flags]");
+    if (fault.rank < 0 || fault.during.empty() || (fault.kind != "stall" && fault.kind != "exit" && fault.kind != "delay") ||
+        g_slowest_disk_bytes_per_second <= 0)
+        fatal(2, "usage: fault_job --fault-rank R --fault-during ACTIVITY --fault stall|exit|delay [--fault-seconds S] [--disk-bytes-per-second D] "
+                 "[train_gpt flags]");
     TrainConfig cfg = parse_args((int)rest.size(), rest.data());
     MPI_Init(&argc, &argv);
     g_fatal_hook = abort_all_ranks;

@@ -59,9 +59,28 @@ faulty_run 2 0 "the checkpoint" stall -v 0 -n 4 -o "$dir/ckpt" -z 1
 said 1 "the checkpoint after step 4"
 [ -f "$dir/ckpt/DONE_00000004" ] && fail "rank 0 stopped before writing, yet DONE_00000004 exists"
 
+# The wait at a checkpoint's end, for every rank's part, is allowed the largest part's bytes at
+# the slowest disk's rate beyond the timeout: here ALLOWANCE seconds (rank 0's and rank 1's parts
+# at -z 1, 12 bytes per element of half the P parameters, at the rate given). Rank 1 slower than
+# the timeout, but 2 s short of timeout + allowance, is waited for and the run ends well; slower
+# than both, rank 0 ends the job once it has waited them out, and no DONE is written.
+P=$(( ($(stat -c %s "$dir/clean/model_00000004.bin") - 1024) / 4 ))
+ALLOWANCE=6
+SLOW_DISK=(--disk-bytes-per-second $(( 12 * (P / 2) / ALLOWANCE )))
+AT_END="the checkpoint after step 4 (every rank's part written)"
+timeout 120 mpirun -np 2 --oversubscribe test/fault_job --fault-rank 1 --fault-during "$AT_END" --fault delay --fault-seconds $((TIMEOUT + ALLOWANCE - 2)) \
+    "${SLOW_DISK[@]}" "${ARGS[@]}" -v 0 -n 4 -x 4 -z 1 -o "$dir/slow" >"$out" 2>&1 || fail "rank 1 slow by less than timeout + allowance: exit $?"
+[ -f "$dir/slow/DONE_00000004" ] || fail "rank 1 slow by less than timeout + allowance: no DONE_00000004"
+faulty_run 2 1 "$AT_END" delay --fault-seconds $((TIMEOUT + ALLOWANCE + 20)) "${SLOW_DISK[@]}" -v 0 -n 4 -x 4 -z 1 -o "$dir/late"
+said 0 "the checkpoint after step 4 \(every rank's part written\)"
+waited=$(grep -oE "^error: rank 0 on [^ ]+: waited [0-9.]+ s" "$out" | grep -oE "[0-9.]+ s$" | grep -oE "^[0-9.]+")
+python3 -c "import sys; sys.exit(0 if float('$waited') >= $TIMEOUT + $ALLOWANCE - 0.5 else 1)" ||
+    fail "rank 0 waited $waited s at the checkpoint's end, less than timeout + allowance ($TIMEOUT + $ALLOWANCE s)"
+[ -f "$dir/late/DONE_00000004" ] && fail "rank 1 slow past the allowance, yet DONE_00000004 exists"
+
 # a rank stops in the evaluations
 faulty_run 2 1 "the evaluations" stall -v 4 -o ""
 said 0 "the evaluations after step 0"
 
 rm -rf "$dir"
-echo "ok: a rank stopped in a step, at stage 3, in the checkpoint or in the evaluations, or one that died, ends the job with one line within the timeout"
+echo "ok: a rank stopped in a step, at stage 3, in the checkpoint or in the evaluations, or one that died, ends the job with one line within the timeout; one slow with its part of a checkpoint is waited for within the allowance, and not past it"
