@@ -75,6 +75,61 @@ TEST(Flags, ShardGroupMustSplitTheWorld) {
     EXPECT_EQ(shard_group_ranks(parse({"--shard-group", "2"}), 4, 0), 0) << "stage 0 shards nothing";
 }
 
+// How the ranks sit on nodes, from made-up placements (node_of[r]: the node rank r runs on): each
+// rank's view of its node as MPI's shared-memory split gives it, agreed over the ranks as
+// zero/comm_mpi.h's node_ranks() agrees it
+std::vector<Communicator::NodeRanks> nodes_seen(const std::vector<int>& node_of) {
+    const int world = (int)node_of.size();
+    std::vector<int> here(world, 0), lowest(world, world), highest(world, -1);
+    for (int r = 0; r < world; r++)
+        for (int q = 0; q < world; q++)
+            if (node_of[q] == node_of[r]) here[r]++, lowest[r] = std::min(lowest[r], q), highest[r] = std::max(highest[r], q);
+    bool blocks = true;
+    for (int r = 0; r < world; r++) blocks &= node_is_a_block(r, here[r], lowest[r], highest[r]);
+    std::vector<Communicator::NodeRanks> seen;
+    for (int r = 0; r < world; r++) seen.push_back(node_ranks_agreed(here[r], *std::min_element(here.begin(), here.end()), *std::max_element(here.begin(), here.end()), blocks));
+    return seen;
+}
+std::string said(const std::vector<Communicator::NodeRanks>& seen) {
+    std::string s;
+    for (const Communicator::NodeRanks& n : seen) s += std::to_string(n.here) + "/" + std::to_string(n.per_node) + " ";
+    return s;
+}
+// Ranks per node only where every node holds as many consecutive ranks (mpirun's default
+// placement), which --shard-group node then takes as the group
+TEST(NodeRanks, PerNodeOnlyWhereEveryNodeHoldsAsManyConsecutiveRanks) {
+    EXPECT_EQ(said(nodes_seen({0, 0, 1, 1})), "2/2 2/2 2/2 2/2 ") << "2 nodes of 2";
+    EXPECT_EQ(said(nodes_seen({0, 0, 0})), "3/3 3/3 3/3 ") << "one node";
+    EXPECT_EQ(said(nodes_seen({0, 0, 0, 0, 1, 1})), "4/0 4/0 4/0 4/0 2/0 2/0 ") << "a node of 4 and one of 2";
+    EXPECT_EQ(said(nodes_seen({0, 0, 1, 1, 1, 1})), "2/0 2/0 4/0 4/0 4/0 4/0 ") << "a node of 2 and one of 4";
+    EXPECT_EQ(said(nodes_seen({0, 1, 0, 1})), "2/0 2/0 2/0 2/0 ") << "round robin: nodes of 2, not consecutive";
+    const TrainConfig by_node = parse({"-z", "3", "--shard-group", "node"});
+    EXPECT_EQ(shard_group_ranks(by_node, 4, nodes_seen({0, 0, 1, 1})[0].per_node), 2);
+    EXPECT_EQ(zero_flags_error(by_node, 6, nodes_seen({0, 0, 0, 0, 1, 1})[0].per_node).rfind("--shard-group node: the nodes hold different numbers of ranks", 0), 0u);
+}
+// --plan runs without MPI: where mpirun started it, OpenMPI's variables say how many ranks share
+// this node (here 2 of 4), and --shard-group node is planned as groups of 2
+TEST(NodeRanks, FromTheLaunchersVariablesBeforeMpiStarts) {
+    const char* names[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_RANK"};
+    std::vector<std::string> saved;
+    for (const char* n : names) saved.push_back(getenv(n) ? getenv(n) : "");
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    const LauncherPlace place = launcher_place();
+    EXPECT_TRUE(place.by_mpirun);
+    EXPECT_EQ(place.world, 4);
+    EXPECT_EQ(place.rank, 3);
+    EXPECT_EQ(place.node_ranks, 2);
+    const TrainConfig cfg = parse({"-z", "3", "--shard-group", "node", "-e", "L=1,NH=2,C=32", "-t", "16"});
+    EXPECT_EQ(resolve_run(cfg, false, place.world, place.node_ranks, 0).shard_group, 2);
+    for (int i = 0; i < 3; i++) {
+        if (saved[i].empty()) unsetenv(names[i]);
+        else setenv(names[i], saved[i].c_str(), 1);
+    }
+    EXPECT_EQ(launcher_place().world, saved[0].empty() ? 1 : atoi(saved[0].c_str())) << "a process mpirun did not start is rank 0 of 1";
+}
+
 // int8 weights are for stage 3's gathers only
 TEST(Flags, QuantizedWeightsNeedStage3) {
     EXPECT_EQ(zero_flags_error(parse({"-z", "3", "--quantize-weights", "int8"}), 2, 0), "");
@@ -339,16 +394,57 @@ TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
     w.wait([&] { return ++polled >= 3; }, [] { return std::string("a test"); });
     EXPECT_EQ(polled, 3) << "done() is polled until it says so";
     w.wait(after(0.4), [] { return std::string("a test"); }, 30.0);  // past the timeout, well within the allowance
+    // the job's end aborts every source (a communicator that can be aborted, NCCL's), once the line is said
+    const int quiet = w.add_source({[] { return std::string(); }, [] { return std::string(); }, [] { fprintf(stderr, "quiet source aborted\n"); }, {}});
     EXPECT_EXIT(w.wait(after(60), [] { return std::string("the never-ending test"); }), ::testing::ExitedWithCode(1),
-                "error: rank 3 on [^ ]+: waited [0-9]+\\.[0-9] s for the never-ending test, during step 7, more than --collective-timeout 0\\.2 allows");
+                "error: rank 3 on [^ ]+: waited [0-9]+\\.[0-9] s for the never-ending test, during step 7, more than --collective-timeout 0\\.2 allows.*\nquiet source aborted");
     // a source's error ends the wait at once, aborting every source
-    bool aborted = false;
-    const int id = w.add_source({[] { return std::string("NCCL reported an error"); }, [] { return std::string("an all-gather"); },
-                                 [&] { aborted = true; }, {}});
+    const int erring = w.add_source({[] { return std::string("NCCL reported an error"); }, [] { return std::string("an all-gather"); },
+                                     [] { fprintf(stderr, "erring source aborted\n"); }, {}});
     EXPECT_EXIT(w.wait(after(60), [] { return std::string("the GPU"); }, 1e9), ::testing::ExitedWithCode(1),
-                "error: rank 3 on [^ ]+: NCCL reported an error, after [0-9]+\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7");
-    w.remove_source(id);
-    EXPECT_FALSE(aborted) << "a death test's abort happens in its own process";
+                "error: rank 3 on [^ ]+: NCCL reported an error, after [0-9]+\\.[0-9] s waiting for the GPU \\(in flight: an all-gather\\), during step 7"
+                ".*\nquiet source aborted\nerring source aborted");
+    w.remove_source(erring);
+    w.remove_source(quiet);
+}
+
+// a source for the watchdog's thread: no error, an all-gather in flight, its oldest collective's age
+Watchdog::Source watched_source(std::function<double()> oldest) {
+    return Watchdog::Source{[] { return std::string(); }, [] { return std::string("an all-gather of 1.00 MiB among all ranks (2 rank(s))"); },
+                            [] {}, std::move(oldest)};
+}
+
+// At --collective-timeout 0 there is no deadline: the thread ends nothing, however old a
+// collective (it still ticks, once a second)
+TEST(Watchdog, ItsThreadDoesNothingWithoutATimeout) {
+    const WatchdogForTest set(0, 2, "step 4");
+    EXPECT_EXIT(
+        {
+            const int ancient = watchdog().add_source(watched_source([] { return 1e9; }));
+            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+            watchdog().remove_source(ancient);
+            exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+// A source removed while the thread asks it is not removed until the thread has its answer: the
+// communicator behind it may be destroyed as soon as remove_source returns
+TEST(Watchdog, RemovingASourceWaitsForTheThreadAskingIt) {
+    const WatchdogForTest set(100, 2, "step 4");
+    Watchdog& w = watchdog();
+    const int stays = w.add_source(watched_source([] { return 0.0; }));  // the thread runs on after the removal
+    std::atomic<int> asked{0};  // 1: being asked, 2: answered
+    const int slow = w.add_source(watched_source([&asked] {
+        asked = 1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        asked = 2;
+        return 0.0;
+    }));
+    while (asked.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // within a second, the thread's tick
+    w.remove_source(slow);
+    EXPECT_EQ(asked.load(), 2) << "remove_source returned while the thread was still asking the source";
+    w.remove_source(stays);
 }
 
 // The watchdog's own thread: while the main thread is stopped where no wait polls (a kernel
@@ -358,10 +454,7 @@ TEST(Watchdog, WaitsWithinTheTimeoutAndItsAllowanceThenEndsTheJob) {
 TEST(Watchdog, ItsThreadEndsTheJobWhenACollectiveOutlivesTheTimeout) {
     const WatchdogForTest set(0.3, 2, "step 4");
     Watchdog& w = watchdog();
-    const auto source = [](std::function<double()> oldest) {
-        return Watchdog::Source{[] { return std::string(); }, [] { return std::string("an all-gather of 1.00 MiB among all ranks (2 rank(s))"); },
-                                [] {}, std::move(oldest)};
-    };
+    const auto source = watched_source;
     const int young = w.add_source(source([] { return 0.1; }));  // always just queued
     std::this_thread::sleep_for(std::chrono::milliseconds(900));  // three timeouts: it stays
     w.remove_source(young);

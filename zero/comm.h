@@ -66,7 +66,7 @@ public:
     // returns once every rank has called it; `allowance`: seconds the wait may take beyond the
     // watchdog's timeout (common/watchdog.h), where a rank is known to be busy for that long
     virtual void barrier(double allowance = 0.0) = 0;
-    // root receives every rank's `bytes` of host memory, rank-major (for checkpoints)
+    // root receives every rank's `bytes` of host memory, rank-major (a few bytes: gather_everywhere)
     virtual void gather_host(const void* send, void* recv, size_t bytes, int root) = 0;
     // stop every rank now, after this rank printed why
     [[noreturn]] virtual void abort(int code) = 0;
@@ -114,6 +114,17 @@ inline std::string collective_words(const std::string& kind, size_t bytes, int g
     snprintf(s, sizeof(s), "%s of %.2f MiB%s among %s (%d rank(s))", kind.c_str(), bytes / 1048576.0,
              group >= 0 ? (" (group " + std::to_string(group) + ")").c_str() : "", c.label().c_str(), c.world());
     return s;
+}
+
+// Communicator::NodeRanks from what a rank learns of the nodes: `here` ranks share its node, the
+// lowest and highest of them being ranks `lowest` and `highest`; over all ranks, the smallest and
+// largest node, and whether every node found itself a block of consecutive ranks
+// (node_is_a_block). Every node holds per_node ranks only when all of that holds.
+inline bool node_is_a_block(int rank, int here, int lowest, int highest) {
+    return lowest == rank / here * here && highest == lowest + here - 1;
+}
+inline Communicator::NodeRanks node_ranks_agreed(int here, int smallest, int largest, bool all_blocks) {
+    return {here, smallest == largest && all_blocks ? here : 0};
 }
 
 // every rank's `mine`, in rank order, on every rank (a collective; for a few bytes of host data)

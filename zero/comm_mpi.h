@@ -66,7 +66,8 @@ inline MPI_Comm mpi_split(MPI_Comm comm, int first, int count) {
 }
 
 // Communicator::node_ranks for comm: the size of this rank's node (MPI's shared-memory domain),
-// and that size again when every node holds as many ranks, consecutive in comm (else 0)
+// and that size again when every node holds as many ranks, consecutive in comm (else 0;
+// node_ranks_agreed)
 inline Communicator::NodeRanks mpi_node_ranks(MPI_Comm comm, const Communicator& c) {
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
@@ -78,12 +79,11 @@ inline Communicator::NodeRanks mpi_node_ranks(MPI_Comm comm, const Communicator&
     MPI_Iallreduce(MPI_IN_PLACE, bounds, 2, MPI_INT, MPI_MAX, node, &r);
     mpi_await(r, [&] { return collective_words("an all-reduce", sizeof(bounds), -1, c) + " within a node"; });
     MPI_Comm_free(&node);
-    const int lowest = -bounds[0], highest = bounds[1];
-    // the same size everywhere (min of size and of -size), and each node ranks [k*size, (k+1)*size)
-    int agree[3] = {size, -size, lowest == rank / size * size && highest == lowest + size - 1 ? 1 : 0};
+    // the smallest node (min of size), the largest (min of -size), and whether all are blocks
+    int agree[3] = {size, -size, node_is_a_block(rank, size, -bounds[0], bounds[1]) ? 1 : 0};
     MPI_Iallreduce(MPI_IN_PLACE, agree, 3, MPI_INT, MPI_MIN, comm, &r);
     mpi_await(r, [&] { return collective_words("an all-reduce", sizeof(agree), -1, c); });
-    return {size, agree[0] == -agree[1] && agree[2] == 1 ? size : 0};
+    return node_ranks_agreed(size, agree[0], -agree[1], agree[2] == 1);
 }
 
 // Prints nothing: the caller has said why. MPI_Abort takes every rank down, not only this one.
