@@ -550,6 +550,17 @@ TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
     };
     const auto reduces = &RecordingComm::Entry::reduces, gathers = &RecordingComm::Entry::gathers;
     const long end = (long)log.size();
+    // the embedding outgrows a layer: its collectives go in pieces of at most the largest layer's shard
+    size_t layer_shard = 0;
+    for (int g = 1; g <= L; g++) layer_shard = std::max(layer_shard, plan.group(g).shard_size);
+    const int embedding_pieces = (int)((plan.group(0).shard_size + layer_shard - 1) / layer_shard);
+    if (embedding_pieces < 2) problems.push_back("the test's model moves its embedding in one piece: nothing to count");
+    auto expect_pieces = [&](bool (RecordingComm::Entry::*kind)() const, long from, long to, const std::string& what) {
+        int n = 0;
+        for (long i = from + 1; i < to; i++) n += (log[i].*kind)() && log[i].group == 0;
+        if (n != embedding_pieces)
+            problems.push_back("group 0: " + std::to_string(n) + " collectives " + what + ", expected " + std::to_string(embedding_pieces) + " pieces");
+    };
     std::vector<size_t> reduced(last + 1, 0), gathered(last + 1, 0);  // as due, over the run
     for (int m = 0; m < kMicros; m++) {
         const std::string micro = " in micro-step " + std::to_string(m);
@@ -560,6 +571,7 @@ TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
             reduced[g] += size;
             const long until = g > 0 ? done[m][g - 1] : m + 1 < kMicros ? fwd_want[m + 1][0] : end;
             expect_moved(reduces, g, done[m][g], until, size, "reduced between its backward's end and the next group's" + micro);
+            if (g == 0) expect_pieces(reduces, done[m][g], until, "reduced" + micro);
         }
         for (int h = 0; h <= last && stage == 3; h++) {  // forward
             const size_t size = plan.group(h).shard_size;
@@ -567,6 +579,7 @@ TEST_P(Schedule, CollectivesOverlapTheModelAsDesigned) {
             // while group h-1 is computed; group 1's from the micro-step's start; the embedding's on demand
             const long from = h >= 2 ? fwd_want[m][h - 1] : h == 1 ? start : fwd_want[m][0];
             expect_moved(gathers, h, from, fwd_want[m][std::max(h, 1)], size, "gathered while the group before is computed" + micro);
+            if (h == 0) expect_pieces(gathers, from, fwd_want[m][1], "gathered" + micro);
         }
         for (int g = 1; g <= L - 2 && stage == 3; g++) {  // backward
             const size_t size = plan.group(g).shard_size;
@@ -904,6 +917,25 @@ TEST_P(Quantized, StaysInBandOfUnquantizedLossCurve) {
     EXPECT_EQ(failures_everywhere(outside), 0) << "the quantized loss leaves the band around the unquantized one";
     EXPECT_EQ(failures_everywhere(drift), 0) << "ranks compute with different parameters";
     EXPECT_LT(plain.back().loss, 0.5f) << "the unquantized run learned too little for the comparison to say much";
+}
+
+// Three replicas (--shard-group 1 on 3 ranks): the int8 exchange across groups cuts each piece in
+// three parts, the last one shorter, and each rank reduces and sends back its own; after every
+// step every rank must hold the same parameters, bit for bit, at every sharding stage
+TEST(Quantized, ThreeReplicasHoldTheSameParameters) {
+    const std::unique_ptr<Communicator> comm_owned = make_comm(MPI_COMM_WORLD);
+    Communicator& comm = *comm_owned;
+    if (comm.world() != 3) GTEST_SKIP() << "three ranks, each its own shard group";
+    for (int stage = 1; stage <= 3; stage++) {
+        TrainConfig cfg = quant_config({stage, false, true}, 20, 3);
+        cfg.shard_group = "1";
+        int drift = 0;
+        train<TestBackend>(cfg, comm, [&](int, Zero<TestBackend>& zero) {
+            EXPECT_EQ(zero.replica_count(), 3);
+            drift += ranks_differ(zero.params_in_use());
+        });
+        EXPECT_EQ(failures_everywhere(drift), 0) << "stage " << stage << ": the replicas' parameters differ";
+    }
 }
 
 // bytes of one quantized row of tensor pieces of these lengths (kernels/quantize_blocks.h's
