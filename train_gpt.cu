@@ -414,6 +414,9 @@ private:
     void size_memory() {
         check_offload_flags(cfg, Backend::params_narrower_than_fp32);
         const Planner plan = plan_memory<Backend>;
+        // read before ranks_sharing_memory's collective, which every rank of the node passes
+        // before any allocates its host memory
+        const size_t host_available = host_memory_available();
         const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, ranks_sharing_memory());
         RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
         if (B == kAutoBatch) {  // the largest B that fits every rank
@@ -427,8 +430,10 @@ private:
             B = shape.B;
         }
         const MemoryUse mine = plan(shape, rank);
-        const size_t host_state = mine.zero.host_optimizer + mine.zero.host_staging + mine.checkpoint, available = host_memory_available();
-        if (available > 0 && host_state > available) offload_does_not_fit(host_state, available);
+        // on the CPU backend the budget holds the host categories already
+        bool host_fits = true;
+        const std::string host = host_memory_words(mine, shape, node.here, host_available, &host_fits);
+        if (!Backend::device_is_host && !host_fits) fatal(1, "%s", host.c_str());
         if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::params_narrower_than_fp32)).c_str());
     }
 
@@ -748,6 +753,10 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
         printf("-b auto: B=%d\n", shape.B);
     }
     print_plan(plan, shape, accumulation_steps(cfg.total_batch, shape.B, shape.T, world), budget, offload_allowed(cfg, Backend::params_narrower_than_fp32), Backend::name, stdout);
+    if (!Backend::device_is_host) {  // the host categories of the ranks mpirun put on this node
+        bool fits = true;
+        printf("%s\n", host_memory_words(plan(shape, 0), shape, place.node_ranks, host_memory_available(), &fits).c_str());
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -86,6 +86,22 @@ for device in cpu cuda; do
     [ "$(tail -1 "$out.rss")" -lt 1048576 ] || fail "--plan of gpt3:c12288 on $device held $(tail -1 "$out.rss") KiB: it allocated what it plans"
 done
 
+# GPT-3 6.7B offloaded on one GPU, saving checkpoints: the plan counts their host memory, the
+# staging buffer (32 MiB), and with --async-checkpoint the host copy of the rank's part besides,
+# 14 bytes per parameter in the bf16 build (the parameters, fp32 m, v and master weights); the
+# last line says what the node's ranks need of its host memory
+gpt3=(--plan --device cuda --device-memory 141GiB -e gpt3:c4096 -t 2048 -b 1 --offload cpu -o "$out.never_made")
+if ./train_gpt "${gpt3[@]}" >"$out" 2>&1; then
+    P=$(sed -n 's/^memory plan: .*, \([0-9]*\) parameters | .*/\1/p' "$out")
+    checkpoint_bytes() { sed -n 's/^  checkpoint *\([0-9]*\) .*/\1/p' "$out"; }
+    [ "$(checkpoint_bytes)" = $((32 << 20)) ] || fail "--plan of gpt3:c4096 offloaded: checkpoint $(checkpoint_bytes) bytes, expected the 32 MiB staging"
+    grep -q "^host memory: 1 rank(s) on this node need 86.85 GiB (each optimizer .*, checkpoint 32.00 MiB" "$out" || fail "--plan of gpt3:c4096 offloaded: the host line"
+    ./train_gpt "${gpt3[@]}" --async-checkpoint 1 >"$out" 2>&1 || fail "--plan --async-checkpoint 1 exited $?"
+    [ "$(checkpoint_bytes)" = $((32 * 1048576 + 14 * P)) ] || fail "--plan of gpt3:c4096 offloaded, async: checkpoint $(checkpoint_bytes) bytes, expected 32 MiB + 14 x $P"
+    grep -q "^host memory: 1 rank(s) on this node need 173.67 GiB" "$out" || fail "--plan of gpt3:c4096 offloaded, async: the host line"
+    [ -e "$out.never_made" ] && fail "--plan made the output directory"
+fi
+
 # -b auto: the B the plan names; the run holds no more than it was given; B+1 would not fit
 small=(-e L=2,NH=2,C=32 -t 32 -v 0 -s 0 -o "" --device cpu --device-memory 40MiB)
 ./train_gpt --plan "${small[@]}" -b auto -d 256 >"$out" 2>&1 || fail "--plan -b auto exited $?"

@@ -130,6 +130,31 @@ TEST(NodeRanks, FromTheLaunchersVariablesBeforeMpiStarts) {
     EXPECT_EQ(launcher_place().world, saved[0].empty() ? 1 : atoi(saved[0].c_str())) << "a process mpirun did not start is rank 0 of 1";
 }
 
+// On a GPU the host memory of every rank on a node comes from the node's: 8 ranks offloading
+// 80 GiB each do not fit 512 GiB, though each alone would; an async checkpoint's copy counts too
+TEST(HostMemory, TheRanksOfANodeShareIt) {
+    MemoryUse m;
+    m.zero.host_optimizer = (size_t)80 << 30;
+    RunShape shape{};
+    shape.offload = true;
+    bool fits = false;
+    const size_t node = (size_t)512 << 30;
+    EXPECT_EQ(host_memory_words(m, shape, 8, node, &fits),
+              "host memory: 8 rank(s) on this node need 640.00 GiB (each optimizer 80.00 GiB), 512.00 GiB available on this machine: does not fit; "
+              "use fewer ranks per node, more ranks at -z 1 or above (each holds its shard of the offloaded state) or --offload none");
+    EXPECT_FALSE(fits);
+    host_memory_words(m, shape, 6, node, &fits);
+    EXPECT_TRUE(fits) << "6 x 80 GiB in 512";
+    m.checkpoint = (size_t)80 << 30;
+    shape.async_checkpoint = true;
+    EXPECT_EQ(host_memory_words(m, shape, 1, (size_t)128 << 30, &fits),
+              "host memory: 1 rank(s) on this node need 160.00 GiB (each optimizer 80.00 GiB, checkpoint 80.00 GiB), 128.00 GiB available on this "
+              "machine: does not fit; use more ranks at -z 1 or above (each holds its shard of the offloaded state), --offload none or --async-checkpoint 0");
+    EXPECT_FALSE(fits);
+    host_memory_words(m, shape, 1, 0, &fits);
+    EXPECT_TRUE(fits) << "available memory not known: nothing is refused";
+}
+
 // int8 weights are for stage 3's gathers only
 TEST(Flags, QuantizedWeightsNeedStage3) {
     EXPECT_EQ(zero_flags_error(parse({"-z", "3", "--quantize-weights", "int8"}), 2, 0), "");

@@ -406,6 +406,29 @@ inline std::string does_not_fit_words(const Planner& plan, const RunShape& shape
     return s + what_fits_instead(plan, shape, budget, offload_allowed);
 }
 
+// On a GPU, the host memory that the `node_ranks` ranks of a node hold (each the host categories
+// of m: the offloaded optimizer, its staging, checkpoints) comes from the node's `available`
+// (0: not known, taken as enough). One line saying what they need, what each holds there, and
+// whether it fits (*fits), if not what to change.
+inline std::string host_memory_words(const MemoryUse& m, const RunShape& shape, int node_ranks, size_t available, bool* fits) {
+    const size_t each = memory_total(m, true);
+    *fits = available == 0 || each * node_ranks <= available;
+    std::string held;
+    for (const MemoryCategory& c : memory_categories(m))
+        if (c.host && c.bytes > 0) held += (held.empty() ? "" : ", ") + std::string(c.name) + " " + bytes_words(c.bytes);
+    std::string line = "host memory: " + std::to_string(node_ranks) + " rank(s) on this node need " + bytes_words(each * node_ranks) +
+                       (held.empty() ? "" : " (each " + held + ")") + ", " +
+                       (available == 0 ? "available memory not known" : bytes_words(available) + " available on this machine");
+    if (*fits) return line + ": fits";
+    std::vector<std::string> instead;
+    if (node_ranks > 1) instead.push_back("fewer ranks per node");
+    if (shape.offload) instead.insert(instead.end(), {"more ranks at -z 1 or above (each holds its shard of the offloaded state)", "--offload none"});
+    if (shape.async_checkpoint) instead.push_back("--async-checkpoint 0");
+    line += ": does not fit";
+    for (size_t i = 0; i < instead.size(); i++) line += (i == 0 ? "; use " : i + 1 == instead.size() ? " or " : ", ") + instead[i];
+    return line;
+}
+
 // What -b auto chose (shape.B) and why: the memory it needs of the budget, what one more would
 // need, and with -d how accumulation keeps it
 inline std::string auto_batch_words(const Planner& plan, RunShape shape, const MemoryBudget& budget, long total_batch) {
