@@ -377,7 +377,7 @@ struct Run {
         zero = make_zero<Backend>(shape, comm, shard_groups.get());
         if (resolved.weights.empty()) zero->load(random_init(mc, (uint64_t)cfg.seed).data());
         else load_params(*zero, comm, resolved.weights, mc);
-        checkpoints = std::make_unique<CheckpointWriter<Backend>>(comm, *zero, mc);
+        checkpoints = std::make_unique<CheckpointWriter<Backend>>(comm, *zero, mc, shape.async_checkpoint);
         model = make_model<Backend>(shape, *zero);
         if (resume_step > 0) restore_state(checkpoint_path(dir, "state", resume_step));
         print_setup();
@@ -611,7 +611,7 @@ void save_checkpoint(Run<Backend>& run, int step, uint64_t sample_rng) {
     rest.grad_z = run.grad_z.state();
     const TrainConfig& cfg = run.cfg;
     const int retire = checkpoint_to_delete(step, cfg.checkpoint_every, cfg.checkpoints_keep, cfg.major_every);
-    run.checkpoints->save(cfg.output_dir, step, rest, retire, cfg.async_checkpoint == 1);
+    run.checkpoints->save(cfg.output_dir, step, rest, retire);
 }
 
 // What a run says about its steps besides their records: each step's time and the step line

@@ -108,13 +108,17 @@ size_t checkpoint_host_bytes(const Zero<Backend>& zero, bool checkpoint_io, bool
     return kCheckpointStagingBytes + layout.part_bytes(part);
 }
 
+// Saves checkpoints; `async`: in the background (--async-checkpoint), from a copy of this rank's
+// part in host memory held from the start, so that the memory the plan counts is there (or the
+// run stops at its start, not at its first checkpoint) and no save waits for pages.
 template <class Backend>
 class CheckpointWriter {
 public:
-    CheckpointWriter(Communicator& comm, Zero<Backend>& zero, const GPT2Config& c)
+    CheckpointWriter(Communicator& comm, Zero<Backend>& zero, const GPT2Config& c, bool async)
         : comm_(comm), zero_(zero), model_(c),
           layout_{zero.plan().total(), sizeof(typename Backend::floatX), zero.has_master_weights()},
-          runs_(zero.owned_runs()) {}
+          runs_(zero.owned_runs()), async_(async),
+          snapshot_(async && zero.saves_its_runs() ? checkpoint_host_bytes(zero, true, true) - kCheckpointStagingBytes : 0) {}
     CheckpointWriter(const CheckpointWriter&) = delete;
     CheckpointWriter& operator=(const CheckpointWriter&) = delete;
     ~CheckpointWriter() {  // a run that ends by an error: the part is abandoned, without a DONE
@@ -124,7 +128,7 @@ public:
     // The checkpoint of `step` in dir, holding `rest` (the state but its arrays), after which the
     // checkpoint `retire` goes (0: none). Returns once written, or, async, once this rank's part
     // is copied to the host (a save before still under way is finished first). A collective.
-    void save(const std::string& dir, int step, const OptimizerState& rest, int retire, bool async) {
+    void save(const std::string& dir, int step, const OptimizerState& rest, int retire) {
         finish();
         dir_ = dir, step_ = step, retire_ = retire;
         kept_ = checkpoint_kept(dir);
@@ -135,19 +139,19 @@ public:
         comm_.barrier();  // the files exist
         if (writes && !root) open_files();
         std::vector<float> staging(writes ? kCheckpointStagingBytes / sizeof(float) : 0);
-        snapshot_.clear();
-        if (async && writes) snapshot_.reserve(checkpoint_host_bytes(zero_, true, true) - kCheckpointStagingBytes);
         writes_.clear();
+        size_t copied = 0;  // into the snapshot
         if (writes)
             for_each_piece(layout_, runs_, staging.size(), [&](CheckpointArray a, const CheckpointRun& r, size_t from, size_t n) {
                 const size_t bytes = stage(a, r, from, n, staging.data()), offset = layout_.offset(a, r.flat + from);
                 const int file = a == CheckpointArray::Params ? 0 : 1;
-                if (!async) return report(files_[file].write_at(staging.data(), bytes, offset));
-                writes_.push_back({file, offset, snapshot_.size(), bytes});
-                snapshot_.insert(snapshot_.end(), (const char*)staging.data(), (const char*)staging.data() + bytes);
+                if (!async_) return report(files_[file].write_at(staging.data(), bytes, offset));
+                writes_.push_back({file, offset, copied, bytes});
+                memcpy(snapshot_.data() + copied, staging.data(), bytes);
+                copied += bytes;
             });
         pending_ = true;
-        if (!async) {
+        if (!async_) {
             if (writes) report(sync_and_close());
             complete();
             return;
@@ -266,12 +270,13 @@ private:
     const GPT2Config model_;
     const CheckpointLayout layout_;
     const std::vector<CheckpointRun> runs_;
+    const bool async_;
     PartFile files_[2];  // model_N.bin.tmp, state_N.bin.tmp
     std::string dir_, kept_;
     int step_ = 0, retire_ = 0;
     bool pending_ = false;  // a save not yet completed
     // an async save: this rank's part as the files hold it, where each piece goes, and its thread
-    std::vector<char> snapshot_;
+    std::vector<char> snapshot_;  // sized (and its pages touched) at the start
     std::vector<Write> writes_;
     std::thread thread_;
     std::atomic<bool> done_{true};
