@@ -336,7 +336,10 @@ struct Run {
         // every rank asks for its node, whatever its flags, so that none waits in that collective
         // alone; what zero/'s flags ask that cannot be done is said once the ranks agree on them
         node = comm.node_ranks();
+        // rank 0 first, so that what is wrong with the checkpoint's header (or -t) is said once
+        if (rank != 0) comm.barrier();
         const ResolvedRun resolved = resolve_run(cfg, !Backend::device_is_host, world, node.per_node, resume_step);
+        if (rank == 0) comm.barrier();
         mc = resolved.model;
         T = resolved.T;
         shard_group = resolved.shard_group;
@@ -430,11 +433,29 @@ private:
             B = shape.B;
         }
         const MemoryUse mine = plan(shape, rank);
-        // on the CPU backend the budget holds the host categories already
-        bool host_fits = true;
-        const std::string host = host_memory_words(mine, shape, node.here, host_available, &host_fits);
-        if (!Backend::device_is_host && !host_fits) fatal(1, "%s", host.c_str());
+        if (!Backend::device_is_host) check_host_memory(mine, shape, host_available);  // on the CPU the budget holds it
         if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::params_narrower_than_fp32)).c_str());
+    }
+
+    // On a GPU the ranks of a node share its host memory: what they need there is summed by node
+    // (by host name), and every rank learns every node's verdict; the first rank of the first node
+    // where it does not fit says why, and the job ends. A collective.
+    void check_host_memory(const MemoryUse& mine, const RunShape& shape, size_t available) {
+        struct Need {
+            uint64_t node, bytes, available;
+        };
+        const std::vector<Need> all = gather_everywhere(comm, Need{std::hash<std::string>{}(host_name()), memory_total(mine, true), available});
+        for (int first = 0; first < world; first++) {
+            size_t node_bytes = 0;
+            int node_ranks = 0, lowest = first;
+            for (int r = 0; r < world; r++)
+                if (all[r].node == all[first].node) node_bytes += all[r].bytes, node_ranks++, lowest = std::min(lowest, r);
+            if (lowest != first || all[first].available == 0 || node_bytes <= all[first].available) continue;
+            bool fits = false;
+            if (rank == first) fatal(1, "%s", host_memory_words(mine, rank, node_bytes, node_ranks, shape, available, &fits).c_str());
+            comm.barrier();  // that rank's error ends every rank
+            exit(1);
+        }
     }
 
     // How many of the run's ranks share this rank's memory: on a GPU the ranks whose GPU is this
@@ -753,9 +774,12 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
         printf("-b auto: B=%d\n", shape.B);
     }
     print_plan(plan, shape, accumulation_steps(cfg.total_batch, shape.B, shape.T, world), budget, offload_allowed(cfg, Backend::params_narrower_than_fp32), Backend::name, stdout);
-    if (!Backend::device_is_host) {  // the host categories of the ranks mpirun put on this node
+    if (!Backend::device_is_host) {  // the host categories of the ranks mpirun put on this node, as mpirun places them
+        const int node_ranks = std::min(place.node_ranks, world);
+        size_t node_bytes = 0;
+        for (int r = 0; r < node_ranks; r++) node_bytes += memory_total(plan(shape, r), true);
         bool fits = true;
-        printf("%s\n", host_memory_words(plan(shape, 0), shape, place.node_ranks, host_memory_available(), &fits).c_str());
+        printf("%s\n", host_memory_words(plan(shape, 0), 0, node_bytes, node_ranks, shape, host_memory_available(), &fits).c_str());
     }
 }
 

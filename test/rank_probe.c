@@ -9,8 +9,11 @@
 //     exits.
 //   $KILL_AT "CALL TEXT N" with $KILL_RANK: that rank kills itself (SIGKILL) at its Nth pwrite,
 //     fsync or rename (CALL) of a path containing TEXT, before the call.
+//   $FAIL_AT "CALL TEXT N" with $FAIL_RANK: that call fails instead, with EIO (a disk that fails).
+//   At its exit each rank also writes "wrote BYTES": what its pwrite calls wrote.
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -55,18 +58,29 @@ static void path_of(int fd, char* path, size_t size) {
     const ssize_t n = readlink(link, path, size - 1);
     path[n > 0 ? n : 0] = '\0';
 }
-static void kill_point(const char* call, const char* path) {
-    const char *at = getenv("KILL_AT"), *rank = getenv("KILL_RANK"), *mine = getenv("OMPI_COMM_WORLD_RANK");
-    if (at == NULL || rank == NULL || strcmp(rank, mine ? mine : "0") != 0) return;
+// whether this call is the one $WHAT_AT names on rank $WHAT_RANK (WHAT: KILL or FAIL)
+static int chosen_call(const char* what, int* seen, const char* call, const char* path) {
+    char at_name[16], rank_name[16];
+    snprintf(at_name, sizeof(at_name), "%s_AT", what);
+    snprintf(rank_name, sizeof(rank_name), "%s_RANK", what);
+    const char *at = getenv(at_name), *rank = getenv(rank_name), *mine = getenv("OMPI_COMM_WORLD_RANK");
+    if (at == NULL || rank == NULL || strcmp(rank, mine ? mine : "0") != 0) return 0;
     char want_call[32], text[256];
     int n = 0;
-    static int seen = 0;
-    if (sscanf(at, "%31s %255s %d", want_call, text, &n) != 3) return;
-    if (strcmp(call, want_call) == 0 && strstr(path, text) != NULL && ++seen == n) raise(SIGKILL);
+    if (sscanf(at, "%31s %255s %d", want_call, text, &n) != 3) return 0;
+    return strcmp(call, want_call) == 0 && strstr(path, text) != NULL && ++*seen == n;
 }
+static int kills_seen = 0, fails_seen = 0;
+// before `call` of `path`: the kill, or 1 where the call is to fail
+static int fault_point(const char* call, const char* path) {
+    if (chosen_call("KILL", &kills_seen, call, path)) raise(SIGKILL);
+    return chosen_call("FAIL", &fails_seen, call, path);
+}
+static long long wrote = 0;
 static int phases(void) { return getenv("RANK_PROBE_PHASES") != NULL; }
+static int ends_with(const char* s, const char* end) { return strlen(s) >= strlen(end) && strcmp(s + strlen(s) - strlen(end), end) == 0; }
 static void saving(const char* path) {
-    if (phases() && save_base_kb < 0 && strstr(path, ".bin.tmp") != NULL) {
+    if (phases() && save_base_kb < 0 && strstr(path, ".bin.") != NULL && ends_with(path, ".tmp")) {
         save_base_kb = field_of("/proc/self/status", "VmRSS:");
         reset_peak();
     }
@@ -113,26 +127,33 @@ int fclose(FILE* f) {
     }
     return r;
 }
-ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) {
+static ssize_t traced_pwrite(const char* name, int fd, const void* buf, size_t n, off_t offset) {
     char path[4096];
     path_of(fd, path, sizeof(path));
-    kill_point("pwrite", path);
-    return ((ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite"))(fd, buf, n, offset);
+    if (fault_point("pwrite", path)) {
+        errno = EIO;
+        return -1;
+    }
+    const ssize_t done = ((ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, name))(fd, buf, n, offset);
+    if (done > 0) __atomic_add_fetch(&wrote, done, __ATOMIC_RELAXED);  // the async save's thread writes too
+    return done;
 }
-ssize_t pwrite64(int fd, const void* buf, size_t n, off_t offset) {
-    char path[4096];
-    path_of(fd, path, sizeof(path));
-    kill_point("pwrite", path);
-    return ((ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64"))(fd, buf, n, offset);
-}
+ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) { return traced_pwrite("pwrite", fd, buf, n, offset); }
+ssize_t pwrite64(int fd, const void* buf, size_t n, off_t offset) { return traced_pwrite("pwrite64", fd, buf, n, offset); }
 int fsync(int fd) {
     char path[4096];
     path_of(fd, path, sizeof(path));
-    kill_point("fsync", path);
+    if (fault_point("fsync", path)) {
+        errno = EIO;
+        return -1;
+    }
     return ((int (*)(int))dlsym(RTLD_NEXT, "fsync"))(fd);
 }
 int rename(const char* from, const char* to) {
-    kill_point("rename", from);
+    if (fault_point("rename", from)) {
+        errno = EIO;
+        return -1;
+    }
     return ((int (*)(const char*, const char*))dlsym(RTLD_NEXT, "rename"))(from, to);
 }
 
@@ -144,5 +165,7 @@ __attribute__((destructor)) static void at_exit(void) {
         note(line);
     }
     snprintf(line, sizeof(line), "exit %ld %ld\n", peak, field_of("/proc/self/io", "rchar:"));
+    note(line);
+    snprintf(line, sizeof(line), "wrote %lld\n", wrote);
     note(line);
 }

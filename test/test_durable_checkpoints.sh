@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints survive a crash of the machine, and a full disk says why and keeps the last one.
 # 1. The order of the calls (test/sync_trace.c, preloaded, logs them): both files of a checkpoint
-#    are made as NAME.tmp, synced holding all their bytes (none left in a buffer), renamed, and
+#    are made as NAME.TOKEN.tmp, synced holding all their bytes (none left in a buffer), renamed, and
 #    the directory synced; DONE_N comes after both files of step N are durable, and is made
 #    durable the same way.
 # 2. A disk that fills up (a small tmpfs; mounting one needs root, which CI has) at the second
@@ -34,7 +34,9 @@ for step in 00000002 00000004; do
     expected+="rename $model.tmp $model"$'\n'"rename $state.tmp $state"$'\n'"fsync $dir/run"$'\n'
     expected+="fopen $done.tmp wb"$'\n'"fsync $done.tmp 0"$'\n'"rename $done.tmp $done"$'\n'"fsync $dir/run"$'\n'
 done
-actual=$(grep -v "^fopen $dir/run/main.log " "$dir/trace")
+# each save's files are NAME.TOKEN.tmp, a new token each time
+[ "$(grep -oE '\.bin\.[0-9a-f]{16}\.tmp' "$dir/trace" | sort -u | wc -l)" -eq 2 ] || fail "the saves' files are not named by a token of their own each"
+actual=$(grep -v "^fopen $dir/run/main.log " "$dir/trace" | sed -E 's/\.bin\.[0-9a-f]{16}\.tmp/.bin.tmp/g')
 [ "$actual" = "${expected%$'\n'}" ] || fail "calls in this order expected:
 $expected
 got:
@@ -49,7 +51,7 @@ mkdir -p "$mnt" && mount -t tmpfs -o size=6m tmpfs "$mnt" || fail "cannot mount 
 code=$?
 [ $code -eq 1 ] || fail "a full disk: exit code $code, expected 1"
 [ "$(wc -l <"$dir/out")" -eq 1 ] || fail "a full disk: $(wc -l <"$dir/out") lines on stderr, expected 1"
-grep -qE "^error: rank 0: $mnt/run/(model|state)_00000004\.bin\.tmp: write failed: No space left on device; the checkpoint of step 2 is intact$" "$dir/out" ||
+grep -qE "^error: rank 0: $mnt/run/(model|state)_00000004\.bin\.[0-9a-f]{16}\.tmp: write failed: No space left on device; the checkpoint of step 2 is intact$" "$dir/out" ||
     fail "a full disk: the line must say what the system said and what was kept"
 for f in model_00000002.bin state_00000002.bin; do
     cmp -s "$dir/reference/$f" "$mnt/run/$f" || fail "a full disk: $f is not what the run wrote at step 2"

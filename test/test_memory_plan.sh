@@ -95,7 +95,7 @@ if ./train_gpt "${gpt3[@]}" >"$out" 2>&1; then
     P=$(sed -n 's/^memory plan: .*, \([0-9]*\) parameters | .*/\1/p' "$out")
     checkpoint_bytes() { sed -n 's/^  checkpoint *\([0-9]*\) .*/\1/p' "$out"; }
     [ "$(checkpoint_bytes)" = $((32 << 20)) ] || fail "--plan of gpt3:c4096 offloaded: checkpoint $(checkpoint_bytes) bytes, expected the 32 MiB staging"
-    grep -q "^host memory: 1 rank(s) on this node need 86.85 GiB (each optimizer .*, checkpoint 32.00 MiB" "$out" || fail "--plan of gpt3:c4096 offloaded: the host line"
+    grep -q "^host memory: 1 rank(s) on this node need 86.85 GiB (rank 0: optimizer .*, checkpoint 32.00 MiB" "$out" || fail "--plan of gpt3:c4096 offloaded: the host line"
     ./train_gpt "${gpt3[@]}" --async-checkpoint 1 >"$out" 2>&1 || fail "--plan --async-checkpoint 1 exited $?"
     [ "$(checkpoint_bytes)" = $((32 * 1048576 + 14 * P)) ] || fail "--plan of gpt3:c4096 offloaded, async: checkpoint $(checkpoint_bytes) bytes, expected 32 MiB + 14 x $P"
     grep -q "^host memory: 1 rank(s) on this node need 173.67 GiB" "$out" || fail "--plan of gpt3:c4096 offloaded, async: the host line"

@@ -139,20 +139,32 @@ TEST(HostMemory, TheRanksOfANodeShareIt) {
     shape.offload = true;
     bool fits = false;
     const size_t node = (size_t)512 << 30;
-    EXPECT_EQ(host_memory_words(m, shape, 8, node, &fits),
-              "host memory: 8 rank(s) on this node need 640.00 GiB (each optimizer 80.00 GiB), 512.00 GiB available on this machine: does not fit; "
+    EXPECT_EQ(host_memory_words(m, 3, 8 * m.zero.host_optimizer, 8, shape, node, &fits),
+              "host memory: 8 rank(s) on this node need 640.00 GiB (rank 3: optimizer 80.00 GiB), 512.00 GiB available on this machine: does not fit; "
               "use fewer ranks per node, more ranks at -z 1 or above (each holds its shard of the offloaded state) or --offload none");
     EXPECT_FALSE(fits);
-    host_memory_words(m, shape, 6, node, &fits);
+    host_memory_words(m, 3, 6 * m.zero.host_optimizer, 6, shape, node, &fits);
     EXPECT_TRUE(fits) << "6 x 80 GiB in 512";
     m.checkpoint = (size_t)80 << 30;
     shape.async_checkpoint = true;
-    EXPECT_EQ(host_memory_words(m, shape, 1, (size_t)128 << 30, &fits),
-              "host memory: 1 rank(s) on this node need 160.00 GiB (each optimizer 80.00 GiB, checkpoint 80.00 GiB), 128.00 GiB available on this "
+    EXPECT_EQ(host_memory_words(m, 0, (size_t)160 << 30, 1, shape, (size_t)128 << 30, &fits),
+              "host memory: 1 rank(s) on this node need 160.00 GiB (rank 0: optimizer 80.00 GiB, checkpoint 80.00 GiB), 128.00 GiB available on this "
               "machine: does not fit; use more ranks at -z 1 or above (each holds its shard of the offloaded state), --offload none or --async-checkpoint 0");
     EXPECT_FALSE(fits);
-    host_memory_words(m, shape, 1, 0, &fits);
+    host_memory_words(m, 0, (size_t)160 << 30, 1, shape, 0, &fits);
     EXPECT_TRUE(fits) << "available memory not known: nothing is refused";
+}
+
+// --plan on a GPU sums the node's ranks as each holds its own: at stage 0 only rank 0 writes a
+// checkpoint, so only it holds an async save's copy; 8 ranks of d48 need that copy once
+TEST(HostMemory, PlanSumsWhatEachRankOfTheNodeHolds) {
+    const TrainConfig cfg = parse({"--plan", "-e", "L=2,NH=2,C=32", "-t", "16", "-b", "1", "-z", "0", "--async-checkpoint", "1", "-o", "unused"});
+    GPT2Config mc;
+    config_from_descriptor(cfg.init, &mc);
+    const RunShape shape = run_shape(cfg, mc, 1, 16, 8, 0);
+    const size_t rank0 = plan_memory<CpuBackend>(shape, 0).checkpoint, rank1 = plan_memory<CpuBackend>(shape, 1).checkpoint;
+    EXPECT_EQ(rank0, kCheckpointStagingBytes + ParamLayout(mc).total * 12) << "rank 0: staging and its copy (fp32: parameters, m, v)";
+    EXPECT_EQ(rank1, kCheckpointStagingBytes) << "rank 1 writes nothing at stage 0: staging only";
 }
 
 // int8 weights are for stage 3's gathers only

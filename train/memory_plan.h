@@ -406,18 +406,18 @@ inline std::string does_not_fit_words(const Planner& plan, const RunShape& shape
     return s + what_fits_instead(plan, shape, budget, offload_allowed);
 }
 
-// On a GPU, the host memory that the `node_ranks` ranks of a node hold (each the host categories
-// of m: the offloaded optimizer, its staging, checkpoints) comes from the node's `available`
-// (0: not known, taken as enough). One line saying what they need, what each holds there, and
-// whether it fits (*fits), if not what to change.
-inline std::string host_memory_words(const MemoryUse& m, const RunShape& shape, int node_ranks, size_t available, bool* fits) {
-    const size_t each = memory_total(m, true);
-    *fits = available == 0 || each * node_ranks <= available;
+// On a GPU, the host memory of a node's ranks (the host categories: the offloaded optimizer, its
+// staging, checkpoints) comes from the node's `available` (0: not known, taken as enough).
+// node_bytes: what its `node_ranks` ranks need there together; mine: rank `rank`'s, one of them,
+// whose categories the line names. One line saying whether it fits (*fits), if not what to change.
+inline std::string host_memory_words(const MemoryUse& mine, int rank, size_t node_bytes, int node_ranks, const RunShape& shape, size_t available,
+                                     bool* fits) {
+    *fits = available == 0 || node_bytes <= available;
     std::string held;
-    for (const MemoryCategory& c : memory_categories(m))
+    for (const MemoryCategory& c : memory_categories(mine))
         if (c.host && c.bytes > 0) held += (held.empty() ? "" : ", ") + std::string(c.name) + " " + bytes_words(c.bytes);
-    std::string line = "host memory: " + std::to_string(node_ranks) + " rank(s) on this node need " + bytes_words(each * node_ranks) +
-                       (held.empty() ? "" : " (each " + held + ")") + ", " +
+    std::string line = "host memory: " + std::to_string(node_ranks) + " rank(s) on this node need " + bytes_words(node_bytes) +
+                       (held.empty() ? "" : " (rank " + std::to_string(rank) + ": " + held + ")") + ", " +
                        (available == 0 ? "available memory not known" : bytes_words(available) + " available on this machine");
     if (*fits) return line + ": fits";
     std::vector<std::string> instead;

@@ -5,12 +5,13 @@
 // of a checkpoint than its staging buffer (kCheckpointStagingBytes), or with --async-checkpoint
 // its own part whole, which the memory plan counts (train/memory_plan.h).
 //
-// A save: rank 0 makes both files as NAME.tmp at their full size, with the model's and the
-// state's headers and the state's tail (the loader's order, the outlier detectors); then each rank
-// that writes a part (one per part: the first shard group's) opens them, writes its runs and
-// syncs them; once every rank has, rank 0 renames both into place, syncs the directory and
-// writes DONE_N. A rank killed anywhere in between leaves .tmp files and no DONE_N, so -y 1
-// takes the checkpoint before. An async save returns once the rank's part is copied to the host;
+// A save: rank 0 makes both files as NAME.TOKEN.tmp at their full size, with the model's and the
+// state's headers and the state's tail (the loader's order, the outlier detectors); TOKEN is new
+// at every save, so that a rank can only open the files rank 0 just made (not a leftover of its
+// own where -o is not shared). Then each rank that writes a part (one per part: the first shard
+// group's) opens them, writes its runs and syncs them; once every rank has, rank 0 renames both
+// into place, syncs the directory and writes DONE_N. A rank killed anywhere in between leaves
+// .tmp files and no DONE_N, so -y 1 takes the checkpoint before. An async save returns once the rank's part is copied to the host;
 // a thread writes it while training goes on, and between steps the ranks agree (poll) whether
 // every part is durable, after which rank 0 completes it the same way.
 #pragma once
@@ -20,6 +21,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cinttypes>
+#include <random>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -133,10 +136,15 @@ public:
         dir_ = dir, step_ = step, retire_ = retire;
         kept_ = checkpoint_kept(dir);
         const bool root = comm_.rank() == 0, writes = zero_.saves_its_runs();
-        files_[0].path = checkpoint_path(dir, "model", step) + ".tmp";
-        files_[1].path = checkpoint_path(dir, "state", step) + ".tmp";
-        if (root) make_files(rest);
-        comm_.barrier();  // the files exist
+        uint64_t token = 0;  // names this save's files
+        if (root) {
+            std::random_device random;
+            token = (uint64_t)random() << 32 | random();
+            name_files(token);
+            make_files(rest);
+        }
+        comm_.broadcast_host(&token, sizeof(token), 0);  // once the files exist
+        if (!root) name_files(token);
         if (writes && !root) open_files();
         std::vector<float> staging(writes ? kCheckpointStagingBytes / sizeof(float) : 0);
         writes_.clear();
@@ -164,15 +172,15 @@ public:
     // and if so the checkpoint completed. A collective while one is under way.
     void poll() {
         if (!pending_) return;
-        report_thread_error();
-        if (comm_.all_reduce_host(done_ ? 0.0 : 1.0) == 0.0) complete();
+        const bool done = done_;  // read once: the thread may finish between two reads
+        if (done) report_thread_error();
+        if (comm_.all_reduce_host(done ? 0.0 : 1.0) == 0.0) complete();
     }
     // waits for an async save under way and completes it (a collective)
     void finish() {
         if (!pending_) return;
         watchdog().set_activity("the checkpoint after step " + std::to_string(step_) + " (its parts written in the background)");
         if (thread_.joinable()) thread_.join();
-        report_thread_error();
         complete();
     }
 
@@ -182,6 +190,12 @@ private:
         size_t offset, at, bytes;
     };
 
+    void name_files(uint64_t token) {
+        char tmp[32];
+        snprintf(tmp, sizeof(tmp), ".%016" PRIx64 ".tmp", token);
+        files_[0].path = checkpoint_path(dir_, "model", step_) + tmp;
+        files_[1].path = checkpoint_path(dir_, "state", step_) + tmp;
+    }
     // rank 0: both .tmp files, sized, with their headers and the state's tail
     void make_files(const OptimizerState& rest) {
         for (PartFile& f : files_) {
@@ -240,25 +254,27 @@ private:
         for (const PartFile& f : files_) remove(f.path.c_str());
         fatal(1, "rank %d: %s; %s", comm_.rank(), error.c_str(), kept_.c_str());
     }
+    // once the thread is done
     void report_thread_error() {
-        if (done_ && !thread_error_.empty()) {
-            if (thread_.joinable()) thread_.join();
-            report(thread_error_);
-        }
+        if (thread_error_.empty()) return;
+        if (thread_.joinable()) thread_.join();
+        report(thread_error_);
     }
     // every rank's part is durable (or, staged, once every rank is here): rank 0 renames the
     // files into place, makes that durable, then DONE, then retires the old checkpoint
     void complete() {
         if (thread_.joinable()) thread_.join();
+        report_thread_error();  // this rank's part is durable, or the job ends here
         const double allowance = checkpoint_allowance(layout_, zero_.plan().shard_size());
         watchdog().set_activity("the checkpoint after step " + std::to_string(step_) + " (every rank's part written)");
         comm_.barrier(allowance);
         pending_ = false;
         if (comm_.rank() != 0) return;
-        for (const char* kind : {"model", "state"}) {
-            const std::string path = checkpoint_path(dir_, kind, step_);
-            if (rename((path + ".tmp").c_str(), path.c_str()) != 0)
-                fatal(1, "rank 0: %s.tmp: rename failed: %s; %s", path.c_str(), strerror(errno), kept_.c_str());
+        const char* kinds[] = {"model", "state"};
+        for (int i = 0; i < 2; i++) {
+            const std::string path = checkpoint_path(dir_, kinds[i], step_);
+            if (rename(files_[i].path.c_str(), path.c_str()) != 0)
+                fatal(1, "rank 0: %s: rename failed: %s; %s", files_[i].path.c_str(), strerror(errno), kept_.c_str());
         }
         sync_dir(dir_, kept_);
         write_done(dir_, step_, kept_);
@@ -271,7 +287,7 @@ private:
     const CheckpointLayout layout_;
     const std::vector<CheckpointRun> runs_;
     const bool async_;
-    PartFile files_[2];  // model_N.bin.tmp, state_N.bin.tmp
+    PartFile files_[2];  // model_N.bin.TOKEN.tmp, state_N.bin.TOKEN.tmp
     std::string dir_, kept_;
     int step_ = 0, retire_ = 0;
     bool pending_ = false;  // a save not yet completed
@@ -292,6 +308,10 @@ void load_params(Zero<Backend>& zero, Communicator& comm, const std::string& pat
     if (f == nullptr) fatal(1, "%s: cannot open: %s", named.c_str(), strerror(errno));
     GPT2Config in_file;
     const size_t elem = read_checkpoint_header(f, named, &in_file);
+    if (memcmp(&in_file, &c, sizeof(c)) != 0)
+        fatal(1, "%s: the model L=%d NH=%d C=%d V=%d maxT=%d, not the run's L=%d NH=%d C=%d V=%d maxT=%d (the file changed since the run read it)",
+              named.c_str(), in_file.num_layers, in_file.num_heads, in_file.channels, in_file.vocab_size, in_file.max_seq_len, c.num_layers,
+              c.num_heads, c.channels, c.vocab_size, c.max_seq_len);
     std::vector<float> staging(kCheckpointStagingBytes / sizeof(float));
     const std::vector<CheckpointRun> runs = zero.owned_runs();
     const CheckpointLayout params_only{zero.plan().total(), elem, false};
@@ -307,16 +327,19 @@ void load_params(Zero<Backend>& zero, Communicator& comm, const std::string& pat
 
 // The state of the checkpoint at `step` (state file `path`, model c): each rank reads its own
 // runs of m, v and the master weights (where the run keeps them), and every rank the rest,
-// which it returns (its arrays empty).
+// which it returns (its arrays empty). Rank 0 reads the header and the tail first, so that
+// what is wrong with the file is said once. A collective.
 template <class Backend>
 OptimizerState load_state(Zero<Backend>& zero, Communicator& comm, const std::string& path, int step, const GPT2Config& c) {
     const std::string named = "rank " + std::to_string(comm.rank()) + ": " + path;
+    if (comm.rank() != 0) comm.barrier();
     FILE* f = fopen(path.c_str(), "rb");
     if (f == nullptr) fatal(1, "%s: cannot open: %s", named.c_str(), strerror(errno));
     bool has_master = false;
     OptimizerState rest = read_state_except_arrays(f, named, step, c, &has_master);
     if (zero.has_master_weights() && !has_master)
-        fatal(1, "-y 1: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", step);
+        fatal(1, "-y 1: %s: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", named.c_str(), step);
+    if (comm.rank() == 0) comm.barrier();
     const CheckpointLayout layout{zero.plan().total(), 0, zero.has_master_weights()};
     std::vector<float> staging(kCheckpointStagingBytes / sizeof(float));
     for_each_piece(layout, zero.owned_runs(), staging.size(), [&](CheckpointArray a, const CheckpointRun& r, size_t from, size_t n) {
