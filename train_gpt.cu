@@ -433,13 +433,15 @@ private:
             B = shape.B;
         }
         const MemoryUse mine = plan(shape, rank);
-        if (!Backend::device_is_host) check_host_memory(mine, shape, host_available);  // on the CPU the budget holds it
+        check_host_memory(mine, shape, host_available);
         if (!fits(mine, budget)) fatal(1, "%s", does_not_fit_words(plan, shape, rank, budget, offload_allowed(cfg, Backend::params_narrower_than_fp32)).c_str());
     }
 
-    // On a GPU the ranks of a node share its host memory: what they need there is summed by node
-    // (by host name), and every rank learns every node's verdict; the first rank of the first node
-    // where it does not fit says why, and the job ends. A collective.
+    // The ranks of a node share its host memory: what they need there (the host categories) is
+    // summed by node (by host name), and every rank learns every node's verdict; the first rank
+    // of the first node where it does not fit says why, and the job ends. (On the CPU backend the
+    // budget below holds the host categories too; this says what of them is the host's.) A
+    // collective.
     void check_host_memory(const MemoryUse& mine, const RunShape& shape, size_t available) {
         struct Need {
             uint64_t node, bytes, available;

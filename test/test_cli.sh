@@ -94,7 +94,8 @@ grep -q "^  -z  --zero" "$out" || fail "--help lacks -z"
 # optimizer state and 4 of staging per parameter): one line with the bytes, before any training
 ./train_gpt --device cpu -e gpt3:c12288 --offload cpu -x 1 -o "" >"$out" 2>&1; [ $? -eq 1 ] || fail "--offload cpu for 175B did not exit 1"
 psi=$(( 50304 * 12288 + 2048 * 12288 + 96 * (12 * 12288 * 12288 + 13 * 12288) + 2 * 12288 ))
-[ "$(wc -l <"$out")" -eq 1 ] && grep -qE "^error: --offload cpu: this rank's optimizer state needs $((16 * psi)) bytes .*, [0-9]+ \([0-9.]+ GiB\) are available" "$out" ||
+need=$(awk "BEGIN { printf \"%.2f GiB\", 16 * $psi / 2^30 }")
+[ "$(wc -l <"$out")" -eq 1 ] && grep -qE "^error: host memory: 1 rank\(s\) on this node need $need \(rank 0: optimizer .*, staging .*\), [0-9.]+ GiB available on this machine: does not fit; use more ranks at -z 1 or above .* or --offload none$" "$out" ||
     fail "--offload cpu without the host memory: one line with the bytes needed and available"
 ./train_gpt -e /nonexistent.bin -x 1 >"$out" 2>&1; [ $? -eq 1 ] || fail "missing checkpoint did not exit 1"
 grep -q "error: cannot open /nonexistent.bin" "$out" || fail "missing checkpoint message"

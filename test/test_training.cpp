@@ -262,6 +262,7 @@ const std::vector<DocumentedFlag> kDocumentedFlags = {
     {"", "--device-memory", {"80GiB", "24GB", "512MiB", "1.5TiB", "1073741824"}, {"0", "-1GiB", "80XB", "GiB", "x"}},
     {"", "--quiet", {"0", "1"}, {"-1", "2", "x"}},
     {"", "--collective-timeout", {"0", "10000000"}, {"-1", "10000001", "x"}},
+    {"", "--async-checkpoint", {"0", "1"}, {"-1", "2", "x"}},
 };
 // listed in --help besides the rows above, taking no value: --help (so is -h without one), --plan
 const std::vector<std::string> kValuelessFlags = {"--help", "--plan"};
@@ -277,7 +278,7 @@ std::string describe(const TrainConfig& c) {
       << c.grad_clip << '|' << c.device << '|' << c.quiet << '|' << c.skip_loss_z << '|' << c.skip_grad_z << '|'
       << c.checkpoints_keep << '|' << c.major_every << '|' << c.shuffle << '|' << c.master_weights << '|' << c.tf32 << '|'
       << c.gelu_fusion << '|' << c.num_processes << '|' << c.process_rank << '|' << c.gpus_per_node << '|' << c.init_method
-      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit << '|' << c.device_memory << '|' << c.plan << '|' << c.collective_timeout;
+      << '|' << c.server_ip << '|' << c.fs_path << '|' << c.nonfinite_limit << '|' << c.device_memory << '|' << c.plan << '|' << c.collective_timeout << '|' << c.async_checkpoint;
     return s.str();
 }
 
