@@ -2,7 +2,7 @@
 // layout it owns (zero/'s owned_runs()), at their offsets in llm.c's model_N.bin and in our
 // state_N.bin (train/state_file.h). The files are the ones a single process writes, so any stage
 // and world size reads them back, and each rank reads only what it will own. No rank holds more
-// of a checkpoint than its staging buffer (kCheckpointStagingBytes), or with --async-checkpoint
+// of a checkpoint than its staging buffer (kCheckpointStagingBytes at most), or with --async-checkpoint
 // its own part whole, which the memory plan counts (train/memory_plan.h).
 //
 // A save: rank 0 makes both files as NAME.TOKEN.tmp at their full size, with the model's and the
@@ -36,8 +36,15 @@
 #include "run_dir.h"
 #include "state_file.h"
 
-// host memory a rank stages a checkpoint's parts through, at a save and at a load
+// host memory a rank stages a checkpoint's parts through, at a save and at a load, at most
 constexpr size_t kCheckpointStagingBytes = (size_t)32 << 20;
+// fp32 values of a rank's staging buffer: the most a piece of its runs needs, up to the above
+// (a small model's whole runs take less)
+inline size_t staging_values(const std::vector<CheckpointRun>& runs) {
+    size_t longest = 0;
+    for (const CheckpointRun& r : runs) longest = std::max(longest, r.n);
+    return std::min(longest, kCheckpointStagingBytes / sizeof(float));
+}
 // The slowest disk a checkpoint is written to or read from that the watchdog allows for (a
 // network file system under load): a rank waits that much longer than the timeout for the
 // slowest part (a test of the allowance makes the disk slower, test/fault_job.cpp).
@@ -108,7 +115,7 @@ size_t checkpoint_host_bytes(const Zero<Backend>& zero, bool checkpoint_io, bool
     size_t part = 0;
     for (const CheckpointRun& r : zero.owned_runs()) part += async && zero.saves_its_runs() ? r.n : 0;
     const CheckpointLayout layout{zero.plan().total(), sizeof(typename Backend::floatX), zero.has_master_weights()};
-    return kCheckpointStagingBytes + layout.part_bytes(part);
+    return staging_values(zero.owned_runs()) * sizeof(float) + layout.part_bytes(part);
 }
 
 // Saves checkpoints; `async`: in the background (--async-checkpoint), from a copy of this rank's
@@ -121,7 +128,7 @@ public:
         : comm_(comm), zero_(zero), model_(c),
           layout_{zero.plan().total(), sizeof(typename Backend::floatX), zero.has_master_weights()},
           runs_(zero.owned_runs()), async_(async),
-          snapshot_(async && zero.saves_its_runs() ? checkpoint_host_bytes(zero, true, true) - kCheckpointStagingBytes : 0) {}
+          snapshot_(async && zero.saves_its_runs() ? checkpoint_host_bytes(zero, true, true) - staging_values(runs_) * sizeof(float) : 0) {}
     CheckpointWriter(const CheckpointWriter&) = delete;
     CheckpointWriter& operator=(const CheckpointWriter&) = delete;
     ~CheckpointWriter() {  // a run that ends by an error: the part is abandoned, without a DONE
@@ -146,7 +153,7 @@ public:
         comm_.broadcast_host(&token, sizeof(token), 0);  // once the files exist
         if (!root) name_files(token);
         if (writes && !root) open_files();
-        std::vector<float> staging(writes ? kCheckpointStagingBytes / sizeof(float) : 0);
+        std::vector<float> staging(writes ? staging_values(runs_) : 0);
         writes_.clear();
         size_t copied = 0;  // into the snapshot
         if (writes)
@@ -312,8 +319,8 @@ void load_params(Zero<Backend>& zero, Communicator& comm, const std::string& pat
         fatal(1, "%s: the model L=%d NH=%d C=%d V=%d maxT=%d, not the run's L=%d NH=%d C=%d V=%d maxT=%d (the file changed since the run read it)",
               named.c_str(), in_file.num_layers, in_file.num_heads, in_file.channels, in_file.vocab_size, in_file.max_seq_len, c.num_layers,
               c.num_heads, c.channels, c.vocab_size, c.max_seq_len);
-    std::vector<float> staging(kCheckpointStagingBytes / sizeof(float));
     const std::vector<CheckpointRun> runs = zero.owned_runs();
+    std::vector<float> staging(staging_values(runs));
     const CheckpointLayout params_only{zero.plan().total(), elem, false};
     for_each_piece(params_only, runs, staging.size(), [&](CheckpointArray a, const CheckpointRun& r, size_t from, size_t n) {
         if (a != CheckpointArray::Params) return;
@@ -341,8 +348,9 @@ OptimizerState load_state(Zero<Backend>& zero, Communicator& comm, const std::st
         fatal(1, "-y 1: %s: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", named.c_str(), step);
     if (comm.rank() == 0) comm.barrier();
     const CheckpointLayout layout{zero.plan().total(), 0, zero.has_master_weights()};
-    std::vector<float> staging(kCheckpointStagingBytes / sizeof(float));
-    for_each_piece(layout, zero.owned_runs(), staging.size(), [&](CheckpointArray a, const CheckpointRun& r, size_t from, size_t n) {
+    const std::vector<CheckpointRun> runs = zero.owned_runs();
+    std::vector<float> staging(staging_values(runs));
+    for_each_piece(layout, runs, staging.size(), [&](CheckpointArray a, const CheckpointRun& r, size_t from, size_t n) {
         if (a == CheckpointArray::Params) return;
         const int index = CheckpointLayout::state_index(a);
         pread_exact(fileno(f), staging.data(), n * sizeof(float), state_array_offset(index, layout.count) + (r.flat + from) * sizeof(float),
