@@ -336,10 +336,8 @@ struct Run {
         // every rank asks for its node, whatever its flags, so that none waits in that collective
         // alone; what zero/'s flags ask that cannot be done is said once the ranks agree on them
         node = comm.node_ranks();
-        // rank 0 first, so that what is wrong with the checkpoint's header (or -t) is said once
-        if (rank != 0) comm.barrier();
-        const ResolvedRun resolved = resolve_run(cfg, !Backend::device_is_host, world, node.per_node, resume_step);
-        if (rank == 0) comm.barrier();
+        ResolvedRun resolved;  // what is wrong with the checkpoint's header (or -t) said once
+        rank_0_first(comm, [&] { resolved = resolve_run(cfg, !Backend::device_is_host, world, node.per_node, resume_step); });
         mc = resolved.model;
         T = resolved.T;
         shard_group = resolved.shard_group;
@@ -417,8 +415,8 @@ private:
     void size_memory() {
         check_offload_flags(cfg, Backend::params_narrower_than_fp32);
         const Planner plan = plan_memory<Backend>;
-        // read before ranks_sharing_memory's collective, which every rank of the node passes
-        // before any allocates its host memory
+        // read before check_host_memory's collective, which no rank passes (to allocate) before
+        // every rank has read it
         const size_t host_available = host_memory_available();
         const MemoryBudget budget = memory_budget<Backend>(cfg.device_memory, ranks_sharing_memory());
         RunShape shape = run_shape(cfg, mc, B, T, world, shard_group);
@@ -778,10 +776,11 @@ void print_memory_plan(TrainConfig cfg, bool device_seen) {
     print_plan(plan, shape, accumulation_steps(cfg.total_batch, shape.B, shape.T, world), budget, offload_allowed(cfg, Backend::params_narrower_than_fp32), Backend::name, stdout);
     if (!Backend::device_is_host) {  // the host categories of the ranks mpirun put on this node, as mpirun places them
         const int node_ranks = std::min(place.node_ranks, world);
-        size_t node_bytes = 0;
-        for (int r = 0; r < node_ranks; r++) node_bytes += memory_total(plan(shape, r), true);
+        const MemoryUse rank_0 = plan(shape, 0);
+        size_t node_bytes = memory_total(rank_0, true);
+        for (int r = 1; r < node_ranks; r++) node_bytes += memory_total(plan(shape, r), true);
         bool fits = true;
-        printf("%s\n", host_memory_words(plan(shape, 0), 0, node_bytes, node_ranks, shape, host_memory_available(), &fits).c_str());
+        printf("%s\n", host_memory_words(rank_0, 0, node_bytes, node_ranks, shape, host_memory_available(), &fits).c_str());
     }
 }
 

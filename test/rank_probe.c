@@ -86,21 +86,23 @@ static void saving(const char* path) {
     }
 }
 
+static int traced_open(const char* name, const char* path, int flags, mode_t mode) {
+    if ((flags & O_ACCMODE) != O_RDONLY) saving(path);
+    return ((int (*)(const char*, int, ...))dlsym(RTLD_NEXT, name))(path, flags, mode);
+}
 int open(const char* path, int flags, ...) {
     va_list args;
     va_start(args, flags);
     const mode_t mode = (flags & O_CREAT) ? va_arg(args, mode_t) : 0;
     va_end(args);
-    if ((flags & O_ACCMODE) != O_RDONLY) saving(path);
-    return ((int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open"))(path, flags, mode);
+    return traced_open("open", path, flags, mode);
 }
 int open64(const char* path, int flags, ...) {
     va_list args;
     va_start(args, flags);
     const mode_t mode = (flags & O_CREAT) ? va_arg(args, mode_t) : 0;
     va_end(args);
-    if ((flags & O_ACCMODE) != O_RDONLY) saving(path);
-    return ((int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open64"))(path, flags, mode);
+    return traced_open("open64", path, flags, mode);
 }
 static FILE* traced_fopen(const char* name, const char* path, const char* mode) {
     const char* base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;

@@ -8,38 +8,26 @@ ARGS=(-e L=1,NH=2,C=32 -b 2 -t 16 -v 0 -s 0 -o "" -x 3)
 out=$(mktemp)
 fail() { echo "FAIL: $*"; cat "$out"; rm -f "$out"; exit 1; }
 
+# RANK0_FLAGS RANK1_FLAGS WHAT: rank 0 and rank 1 given different flags (split at spaces): the job
+# exits non-zero, without hanging, and rank 1 says its flags differ
+mismatch() {
+    timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" $1 : -np 1 ./train_gpt "${ARGS[@]}" $2 >"$out" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$3: exit code $rc (124 means it hung)"
+    grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the $3"
+}
+
 # 1. ranks given different flags: every rank says so and the job exits non-zero
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -b 2 : -np 1 ./train_gpt "${ARGS[@]}" -b 4 >"$out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "config mismatch: exit code $rc (124 means it hung)"
-grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the mismatch"
+mismatch "-b 2" "-b 4" "config mismatch"
 grep -q "rank 0: another rank's flags, model or data differ" "$out" || fail "rank 0 did not report the mismatch"
-
 # ... also when a float flag differs past its 6th digit (every bit of it counts)
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -l 0.0003 : -np 1 ./train_gpt "${ARGS[@]}" -l 0.0003000001 >"$out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "-l mismatch past the 6th digit: exit code $rc (124 means it hung)"
-grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report -l 0.0003000001 against 0.0003"
-
+mismatch "-l 0.0003" "-l 0.0003000001" "-l mismatch past the 6th digit"
 # ... also when a flag decides a collective of its own (-b auto's agreement on B): compared before it
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -b auto : -np 1 ./train_gpt "${ARGS[@]}" -b 2 >"$out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "-b auto on one rank only: exit code $rc (124 means it hung)"
-grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the -b auto mismatch"
-
+mismatch "-b auto" "-b 2" "-b auto on one rank only"
 # ... also when they differ in how they shard (hybrid sharding): caught before any group is made
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 1 --shard-group 1 : -np 1 ./train_gpt "${ARGS[@]}" -z 1 >"$out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--shard-group mismatch: exit code $rc (124 means it hung)"
-grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --shard-group mismatch"
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 3 --quantize-weights int8 : -np 1 ./train_gpt "${ARGS[@]}" -z 3 >"$out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-weights mismatch: exit code $rc (124 means it hung)"
-grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-weights mismatch"
-timeout 60 mpirun -np 1 ./train_gpt "${ARGS[@]}" -z 2 --quantize-grads int8 : -np 1 ./train_gpt "${ARGS[@]}" -z 2 >"$out" 2>&1
-rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--quantize-grads mismatch: exit code $rc (124 means it hung)"
-grep -q "rank 1: flags, model or data differ from rank 0's" "$out" || fail "rank 1 did not report the --quantize-grads mismatch"
+mismatch "-z 1 --shard-group 1" "-z 1" "--shard-group mismatch"
+mismatch "-z 3 --quantize-weights int8" "-z 3" "--quantize-weights mismatch"
+mismatch "-z 2 --quantize-grads int8" "-z 2" "--quantize-grads mismatch"
 
 # 2. one rank fails to start (the same flags, but its data is missing: a relative -i, each rank in
 # a directory of its own, rank 1's empty): the others do not wait for it

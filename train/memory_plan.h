@@ -406,8 +406,8 @@ inline std::string does_not_fit_words(const Planner& plan, const RunShape& shape
     return s + what_fits_instead(plan, shape, budget, offload_allowed);
 }
 
-// On a GPU, the host memory of a node's ranks (the host categories: the offloaded optimizer, its
-// staging, checkpoints) comes from the node's `available` (0: not known, taken as enough).
+// The host memory of a node's ranks (the host categories: the offloaded optimizer, its staging,
+// checkpoints) comes from the node's `available` (0: not known, taken as enough).
 // node_bytes: what its `node_ranks` ranks need there together; mine: rank `rank`'s, one of them,
 // whose categories the line names. One line saying whether it fits (*fits), if not what to change.
 inline std::string host_memory_words(const MemoryUse& mine, int rank, size_t node_bytes, int node_ranks, const RunShape& shape, size_t available,

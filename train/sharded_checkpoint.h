@@ -2,8 +2,8 @@
 // layout it owns (zero/'s owned_runs()), at their offsets in llm.c's model_N.bin and in our
 // state_N.bin (train/state_file.h). The files are the ones a single process writes, so any stage
 // and world size reads them back, and each rank reads only what it will own. No rank holds more
-// of a checkpoint than its staging buffer (kCheckpointStagingBytes at most), or with --async-checkpoint
-// its own part whole, which the memory plan counts (train/memory_plan.h).
+// of a checkpoint than its staging buffer (kCheckpointStagingBytes at most), or with
+// --async-checkpoint its own part whole, which the memory plan counts (train/memory_plan.h).
 //
 // A save: rank 0 makes both files as NAME.TOKEN.tmp at their full size, with the model's and the
 // state's headers and the state's tail (the loader's order, the outlier detectors); TOKEN is new
@@ -11,9 +11,10 @@
 // own where -o is not shared). Then each rank that writes a part (one per part: the first shard
 // group's) opens them, writes its runs and syncs them; once every rank has, rank 0 renames both
 // into place, syncs the directory and writes DONE_N. A rank killed anywhere in between leaves
-// .tmp files and no DONE_N, so -y 1 takes the checkpoint before. An async save returns once the rank's part is copied to the host;
-// a thread writes it while training goes on, and between steps the ranks agree (poll) whether
-// every part is durable, after which rank 0 completes it the same way.
+// .tmp files and no DONE_N, so -y 1 takes the checkpoint before. An async save returns once the
+// rank's part is copied to the host; a thread writes it while training goes on, and between
+// steps the ranks agree (poll) whether every part is durable, after which rank 0 completes it
+// the same way.
 #pragma once
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -22,8 +23,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
-#include <random>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,15 +108,20 @@ struct PartFile {
     }
 };
 
+// the copy of this rank's part an async save writes from, as the files hold it (none where the
+// rank writes no part)
+template <class Backend>
+size_t async_copy_bytes(const Zero<Backend>& zero) {
+    size_t part = 0;
+    for (const CheckpointRun& r : zero.owned_runs()) part += zero.saves_its_runs() ? r.n : 0;
+    return CheckpointLayout{zero.plan().total(), sizeof(typename Backend::floatX), zero.has_master_weights()}.part_bytes(part);
+}
 // Host memory a rank holds for checkpoints: its staging buffer where the run saves or loads one
 // (checkpoint_io), and with async saves the copy of its part. The run and its plan both ask this.
 template <class Backend>
 size_t checkpoint_host_bytes(const Zero<Backend>& zero, bool checkpoint_io, bool async) {
     if (!checkpoint_io) return 0;
-    size_t part = 0;
-    for (const CheckpointRun& r : zero.owned_runs()) part += async && zero.saves_its_runs() ? r.n : 0;
-    const CheckpointLayout layout{zero.plan().total(), sizeof(typename Backend::floatX), zero.has_master_weights()};
-    return staging_values(zero.owned_runs()) * sizeof(float) + layout.part_bytes(part);
+    return staging_values(zero.owned_runs()) * sizeof(float) + (async ? async_copy_bytes(zero) : 0);
 }
 
 // Saves checkpoints; `async`: in the background (--async-checkpoint), from a copy of this rank's
@@ -128,7 +134,7 @@ public:
         : comm_(comm), zero_(zero), model_(c),
           layout_{zero.plan().total(), sizeof(typename Backend::floatX), zero.has_master_weights()},
           runs_(zero.owned_runs()), async_(async),
-          snapshot_(async && zero.saves_its_runs() ? checkpoint_host_bytes(zero, true, true) - staging_values(runs_) * sizeof(float) : 0) {}
+          snapshot_(async ? async_copy_bytes(zero) : 0) {}
     CheckpointWriter(const CheckpointWriter&) = delete;
     CheckpointWriter& operator=(const CheckpointWriter&) = delete;
     ~CheckpointWriter() {  // a run that ends by an error: the part is abandoned, without a DONE
@@ -339,14 +345,16 @@ void load_params(Zero<Backend>& zero, Communicator& comm, const std::string& pat
 template <class Backend>
 OptimizerState load_state(Zero<Backend>& zero, Communicator& comm, const std::string& path, int step, const GPT2Config& c) {
     const std::string named = "rank " + std::to_string(comm.rank()) + ": " + path;
-    if (comm.rank() != 0) comm.barrier();
-    FILE* f = fopen(path.c_str(), "rb");
-    if (f == nullptr) fatal(1, "%s: cannot open: %s", named.c_str(), strerror(errno));
-    bool has_master = false;
-    OptimizerState rest = read_state_except_arrays(f, named, step, c, &has_master);
-    if (zero.has_master_weights() && !has_master)
-        fatal(1, "-y 1: %s: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", named.c_str(), step);
-    if (comm.rank() == 0) comm.barrier();
+    FILE* f = nullptr;
+    OptimizerState rest;
+    rank_0_first(comm, [&] {
+        f = fopen(path.c_str(), "rb");
+        if (f == nullptr) fatal(1, "%s: cannot open: %s", named.c_str(), strerror(errno));
+        bool has_master = false;
+        rest = read_state_except_arrays(f, named, step, c, &has_master);
+        if (zero.has_master_weights() && !has_master)
+            fatal(1, "-y 1: %s: the state at step %d has no master weights (written with -w 0 or by an fp32 build); resume with -w 0", named.c_str(), step);
+    });
     const CheckpointLayout layout{zero.plan().total(), 0, zero.has_master_weights()};
     const std::vector<CheckpointRun> runs = zero.owned_runs();
     std::vector<float> staging(staging_values(runs));

@@ -127,7 +127,16 @@ inline Communicator::NodeRanks node_ranks_agreed(int here, int smallest, int lar
     return {here, smallest == largest && all_blocks ? here : 0};
 }
 
-// every rank's `mine`, in rank order, on every rank (a collective; for a few bytes of host data)
+// f() on rank 0, then on the other ranks: what a file or a flag has wrong is said once, by rank
+// 0, whose error ends the job while the others wait (a collective)
+template <class F>
+void rank_0_first(Communicator& comm, F f) {
+    if (comm.rank() != 0) comm.barrier();
+    f();
+    if (comm.rank() == 0) comm.barrier();
+}
+
+// every rank's `mine`, in rank order (a collective; for a few bytes of host data)
 template <class T>
 std::vector<T> gather_everywhere(Communicator& comm, const T& mine) {
     std::vector<T> all(comm.world());
